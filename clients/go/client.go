@@ -1,0 +1,197 @@
+// Package queenside is the Go client of the queenside sidecar. One Client is
+// one connection; requests are pipelined on it and may be issued from many
+// goroutines at once.
+package queenside
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// DefaultSocket is where a sidecar listens unless told otherwise; the
+// QUEENSIDE_SOCKET environment variable overrides it.
+const DefaultSocket = "/var/run/queenside/queenside.sock"
+
+// ErrClosed is returned by calls on a closed client, or after the connection broke.
+var ErrClosed = errors.New("queenside: client closed")
+
+// Error is an error answered by the sidecar; branch on Code.
+type Error = protocol.Error
+
+// SocketPath returns QUEENSIDE_SOCKET when set, else DefaultSocket.
+func SocketPath() string {
+	if p := os.Getenv("QUEENSIDE_SOCKET"); p != "" {
+		return p
+	}
+	return DefaultSocket
+}
+
+// Client is one connection to a sidecar.
+type Client struct {
+	nc     net.Conn
+	nextID atomic.Uint64
+
+	wmu sync.Mutex
+	w   *bufio.Writer
+
+	mu      sync.Mutex
+	pending map[uint64]chan protocol.Response
+	err     error // set once the connection is gone
+	done    chan struct{}
+
+	draining atomic.Bool
+}
+
+// Dial connects to the sidecar's socket at path ("" means SocketPath()).
+func Dial(ctx context.Context, path string) (*Client, error) {
+	if path == "" {
+		path = SocketPath()
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("queenside: dial %s: %w", path, err)
+	}
+	c := &Client{
+		nc:      nc,
+		w:       bufio.NewWriterSize(nc, 32<<10),
+		pending: make(map[uint64]chan protocol.Response),
+		done:    make(chan struct{}),
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+// Close closes the connection; calls in flight fail with ErrClosed.
+func (c *Client) Close() error {
+	err := c.nc.Close()
+	<-c.done
+	return err
+}
+
+// Draining reports whether the sidecar announced that it is shutting down.
+func (c *Client) Draining() bool { return c.draining.Load() }
+
+// Call sends op with args and decodes the result into result (which may be
+// nil). The context's deadline travels as the request's timeoutMs.
+func (c *Client) Call(ctx context.Context, op string, args any, result any) error {
+	req := protocol.Request{ID: c.nextID.Add(1), Op: op}
+	if args != nil {
+		raw, err := protocol.Marshal(args)
+		if err != nil {
+			return fmt.Errorf("queenside: encode %s args: %w", op, err)
+		}
+		req.Args = raw
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		ms := time.Until(dl).Milliseconds()
+		if ms <= 0 {
+			return context.DeadlineExceeded
+		}
+		req.TimeoutMs = uint64(ms)
+	}
+	body, err := protocol.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("queenside: encode %s: %w", op, err)
+	}
+	ch := make(chan protocol.Response, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return c.err
+	}
+	c.pending[req.ID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, req.ID)
+		c.mu.Unlock()
+	}()
+
+	if err := c.send(body); err != nil {
+		return err
+	}
+	select {
+	case resp := <-ch:
+		if resp.Error != nil {
+			return resp.Error
+		}
+		if result == nil {
+			return nil
+		}
+		if err := protocol.Unmarshal(resp.Result, result); err != nil {
+			return fmt.Errorf("queenside: decode %s result: %w", op, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return c.closedErr()
+	}
+}
+
+func (c *Client) send(body []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	err := protocol.WriteFrame(c.w, body)
+	if err == nil {
+		err = c.w.Flush()
+	}
+	if err != nil {
+		c.nc.Close()
+		return fmt.Errorf("queenside: send: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// readLoop hands each response to the call waiting for its id.
+func (c *Client) readLoop() {
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	var fatal error = ErrClosed
+	for {
+		body, err := protocol.ReadFrame(r, nil, 1<<31-1)
+		if err != nil {
+			break
+		}
+		var resp protocol.Response
+		if err := protocol.Unmarshal(body, &resp); err != nil {
+			fatal = fmt.Errorf("queenside: malformed response: %w", err)
+			break
+		}
+		if resp.ID == 0 {
+			if resp.Notice == protocol.NoticeDraining {
+				c.draining.Store(true)
+			}
+			if resp.Error != nil { // the sidecar refused the connection
+				fatal = resp.Error
+			}
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[resp.ID]
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- resp
+		}
+	}
+	c.nc.Close()
+	c.mu.Lock()
+	c.err = fatal
+	c.mu.Unlock()
+	close(c.done)
+}

@@ -1,0 +1,17 @@
+// Package protocol is queenside's wire contract: length-prefixed msgpack
+// frames, request and response envelopes, the error codes, and the argument
+// and result shapes of every operation.
+//
+// It depends on the standard library and msgpack only, so that the sidecar,
+// the Go client and the tests all speak exactly the same bytes. PROTOCOL.md
+// beside this file describes the contract in prose.
+package protocol
+
+// Version is the protocol version spoken by this package.
+const Version = 1
+
+// DefaultMaxFrameBytes is the frame body limit unless a flag changes it.
+const DefaultMaxFrameBytes = 16 << 20
+
+// DefaultMaxInFlight bounds the requests served at once on one connection.
+const DefaultMaxInFlight = 256

@@ -1,0 +1,243 @@
+package protocol
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// The helpers below read argument maps strictly: a value of the wrong type
+// is an invalid_argument naming the field, never a silent zero. A nil value
+// counts as an omitted key.
+
+func isMapCode(c byte) bool {
+	return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32
+}
+
+func isArrayCode(c byte) bool {
+	return msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32
+}
+
+func isIntCode(c byte) bool {
+	return msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Int64)
+}
+
+// mapLen reads a map header; -1 means nil.
+func mapLen(d *msgpack.Decoder) (int, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	if !isMapCode(c) && c != msgpcode.Nil {
+		return 0, fmt.Errorf("not a map")
+	}
+	return d.DecodeMapLen()
+}
+
+func readKey(d *msgpack.Decoder) (string, error) {
+	if c, err := d.PeekCode(); err != nil || !msgpcode.IsString(c) {
+		return "", fmt.Errorf("map keys must be strings")
+	}
+	return d.DecodeString()
+}
+
+func readUint(d *msgpack.Decoder) (uint64, error) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	if !isIntCode(c) {
+		_ = d.Skip()
+		return 0, fmt.Errorf("not an integer")
+	}
+	if c == msgpcode.Uint64 {
+		return d.DecodeUint64()
+	}
+	v, err := d.DecodeInt64()
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("not a non-negative integer")
+	}
+	return uint64(v), nil
+}
+
+func invalid(field, format string, args ...any) *Error {
+	return Errorf(CodeInvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// nilIsValue names the keys whose nil is a real value rather than an
+// omission: a payload may be any msgpack value, nil included.
+var nilIsValue = map[string]bool{"payload": true}
+
+// walkMap calls fn for every non-nil value of the map encoded in raw. An
+// empty raw is an empty map.
+func walkMap(raw []byte, what string, fn func(d *msgpack.Decoder, key string) error) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	r := bytes.NewReader(raw)
+	d := msgpack.NewDecoder(r)
+	if err := walkMapFrom(d, what, fn); err != nil {
+		return err
+	}
+	if r.Len() != 0 {
+		return invalid(what, "trailing bytes")
+	}
+	return nil
+}
+
+func walkMapFrom(d *msgpack.Decoder, what string, fn func(d *msgpack.Decoder, key string) error) error {
+	n, err := mapLen(d)
+	if err != nil {
+		return invalid(what, "expected a map")
+	}
+	for i := 0; i < n; i++ {
+		key, err := readKey(d)
+		if err != nil {
+			return invalid(what, "%v", err)
+		}
+		if c, err := d.PeekCode(); err != nil {
+			return invalid(what, "truncated")
+		} else if c == msgpcode.Nil && !nilIsValue[key] {
+			_ = d.Skip()
+			continue
+		}
+		if err := fn(d, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// skipField ignores a key the operation does not know, for forward compatibility.
+func skipField(d *msgpack.Decoder, field string) error {
+	if err := d.Skip(); err != nil {
+		return invalid(field, "malformed value")
+	}
+	return nil
+}
+
+func readString(d *msgpack.Decoder, field string) (string, error) {
+	if c, _ := d.PeekCode(); !msgpcode.IsString(c) {
+		_ = d.Skip()
+		return "", invalid(field, "expected a string")
+	}
+	s, err := d.DecodeString()
+	if err != nil {
+		return "", invalid(field, "malformed string")
+	}
+	return s, nil
+}
+
+func readInt(d *msgpack.Decoder, field string, min, max int64) (int64, error) {
+	c, _ := d.PeekCode()
+	if !isIntCode(c) {
+		_ = d.Skip()
+		return 0, invalid(field, "expected an integer")
+	}
+	var v int64
+	if c == msgpcode.Uint64 {
+		u, err := d.DecodeUint64()
+		if err != nil {
+			return 0, invalid(field, "malformed integer")
+		}
+		if u > math.MaxInt64 {
+			return 0, invalid(field, "out of range %d..%d", min, max)
+		}
+		v = int64(u)
+	} else {
+		var err error
+		if v, err = d.DecodeInt64(); err != nil {
+			return 0, invalid(field, "malformed integer")
+		}
+	}
+	if v < min || v > max {
+		return 0, invalid(field, "%d out of range %d..%d", v, min, max)
+	}
+	return v, nil
+}
+
+func readBool(d *msgpack.Decoder, field string) (bool, error) {
+	if c, _ := d.PeekCode(); c != msgpcode.True && c != msgpcode.False {
+		_ = d.Skip()
+		return false, invalid(field, "expected a boolean")
+	}
+	return d.DecodeBool()
+}
+
+// readTime accepts a msgpack timestamp, an RFC 3339 string, or integer
+// milliseconds since the epoch.
+func readTime(d *msgpack.Decoder, field string) (time.Time, error) {
+	c, _ := d.PeekCode()
+	switch {
+	case msgpcode.IsExt(c):
+		t, err := d.DecodeTime()
+		if err != nil {
+			return time.Time{}, invalid(field, "expected a timestamp extension")
+		}
+		return t, nil
+	case msgpcode.IsString(c):
+		s, _ := d.DecodeString()
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return time.Time{}, invalid(field, "expected an RFC 3339 time, got %s", strconv.Quote(s))
+		}
+		return t, nil
+	case isIntCode(c):
+		ms, err := readInt(d, field, math.MinInt64, math.MaxInt64)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return time.UnixMilli(ms), nil
+	}
+	_ = d.Skip()
+	return time.Time{}, invalid(field, "expected a time (timestamp, RFC 3339 string or epoch milliseconds)")
+}
+
+// readArrayLen reads an array header of at most max elements.
+func readArrayLen(d *msgpack.Decoder, field string, max int) (int, error) {
+	if c, _ := d.PeekCode(); !isArrayCode(c) {
+		_ = d.Skip()
+		return 0, invalid(field, "expected an array")
+	}
+	n, err := d.DecodeArrayLen()
+	if err != nil {
+		return 0, invalid(field, "malformed array")
+	}
+	if n > max {
+		return 0, invalid(field, "%d elements, at most %d allowed", n, max)
+	}
+	return n, nil
+}
+
+func readStringMap(d *msgpack.Decoder, field string, maxEntries int) (map[string]string, error) {
+	c, _ := d.PeekCode()
+	if !isMapCode(c) {
+		_ = d.Skip()
+		return nil, invalid(field, "expected a map of strings")
+	}
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return nil, invalid(field, "malformed map")
+	}
+	if n > maxEntries {
+		return nil, invalid(field, "%d entries, at most %d allowed", n, maxEntries)
+	}
+	m := make(map[string]string, n)
+	for i := 0; i < n; i++ {
+		k, err := readString(d, field+" key")
+		if err != nil {
+			return nil, err
+		}
+		v, err := readString(d, field+"."+k)
+		if err != nil {
+			return nil, err
+		}
+		m[k] = v
+	}
+	return m, nil
+}

@@ -1,0 +1,21 @@
+package protocol
+
+// Operation names of protocol version 1.
+const (
+	OpHello       = "hello"
+	OpPush        = "push"
+	OpPop         = "pop"
+	OpAck         = "ack"
+	OpRenew       = "renew"
+	OpRelease     = "release"
+	OpTransaction = "transaction"
+	OpConfigure   = "configure"
+	OpQueues      = "queues"
+	OpStats       = "stats"
+	OpGroups      = "groups"
+	OpSeek        = "seek"
+	OpDeleteGroup = "deleteGroup"
+	OpDLQ         = "dlq"
+	OpDLQReplay   = "dlqReplay"
+	OpHealth      = "health"
+)

@@ -1,0 +1,129 @@
+package schema
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Name is the PostgreSQL schema that holds every queenside table.
+const Name = "queenside"
+
+// migrateLockKey is the advisory lock that serialises migrations across
+// sidecars sharing a database ("queenside" in ASCII).
+const migrateLockKey int64 = 0x717565656e73
+
+// Migration is one numbered, embedded SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() ([]Migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read migrations: %w", err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("read migrations: %s is not named NNNN_name.sql", e.Name())
+		}
+		sql, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("read migrations: %w", err)
+		}
+		out = append(out, Migration{Version: v, Name: e.Name(), SQL: string(sql)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// Fingerprint is a digest of every migration, naming a schema state (test
+// harnesses key their template databases on it).
+func Fingerprint() string {
+	ms, err := Migrations()
+	if err != nil {
+		panic(err) // the files are embedded at build time
+	}
+	h := sha256.New()
+	for _, m := range ms {
+		fmt.Fprintf(h, "%s\x00%s\x00", m.Name, m.SQL)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Migrate applies every embedded migration not yet applied, each in its own
+// transaction, under an advisory lock so that sidecars starting together on
+// one database do not race.
+func Migrate(ctx context.Context, conn *pgx.Conn) error {
+	_, err := MigrateVersions(ctx, conn)
+	return err
+}
+
+// MigrateVersions is Migrate, returning the versions it applied.
+func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
+	ms, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
+		return nil, fmt.Errorf("migrate: take lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLockKey) //nolint:errcheck // the session ends the lock anyway
+
+	if _, err := conn.Exec(ctx, `
+		CREATE SCHEMA IF NOT EXISTS queenside;
+		CREATE TABLE IF NOT EXISTS queenside.schema_migrations (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now()
+		)`); err != nil {
+		return nil, fmt.Errorf("migrate: create bookkeeping: %w", err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.Query(ctx, "SELECT version FROM queenside.schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list applied: %w", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list applied: %w", err)
+	}
+	for _, v := range versions {
+		applied[int(v)] = true
+	}
+	var done []int
+	for _, m := range ms {
+		if applied[m.Version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO queenside.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return done, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
+		}
+		done = append(done, m.Version)
+	}
+	return done, nil
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/urfave/cli/v2"
+
+	"github.com/queenside/queenside/sidecar"
+	"github.com/queenside/queenside/sidecar/pgserver"
+)
+
+// devDatabase is the database `queenside dev` creates in its own server.
+const devDatabase = "queenside"
+
+func devCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "dev",
+		Usage: "run a sidecar for development, with a throwaway PostgreSQL under --dir unless --database-url is given",
+		Flags: append(daemonFlags(devSocket, ".queenside/spool"),
+			&cli.StringFlag{Name: "dir", Value: ".queenside", Usage: "working directory for the PostgreSQL cluster (reused across runs)"},
+			&cli.StringFlag{Name: "database-url", Usage: "use this database instead of starting one", EnvVars: []string{"QUEENSIDE_DATABASE_URL"}},
+		),
+		Action: runDev,
+	}
+}
+
+func runDev(c *cli.Context) error {
+	cfg, err := daemonConfig(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	cfg.DatabaseURL = c.String("database-url")
+	if cfg.DatabaseURL == "" {
+		dir, err := filepath.Abs(c.String("dir"))
+		if err != nil {
+			return err
+		}
+		cfg.Logger.Info("starting PostgreSQL", "dir", dir)
+		pg, err := pgserver.Start(ctx, pgserver.Options{Dir: dir, Logger: cfg.Logger.Named("postgres")})
+		if err != nil {
+			return fmt.Errorf("start PostgreSQL: %w", err)
+		}
+		defer func() {
+			cfg.Logger.Info("stopping PostgreSQL")
+			if err := pg.Stop("fast"); err != nil {
+				cfg.Logger.Error("stop PostgreSQL", "error", err)
+			}
+		}()
+		if err := createDatabase(ctx, pg.URL("postgres"), devDatabase); err != nil {
+			return err
+		}
+		cfg.DatabaseURL = pg.URL(devDatabase)
+	}
+	cfg.OnReady = func(*sidecar.Server) {
+		abs, _ := filepath.Abs(cfg.SocketPath)
+		fmt.Fprintf(os.Stderr, `
+queenside is serving on %s
+  database: %s
+  try:      queenside push --queue hello --payload '{"hi": 1}'
+            queenside stats --queue hello
+  (the CLI finds ./%s from this directory; elsewhere export QUEENSIDE_SOCKET=%s)
+Ctrl-C stops the sidecar and PostgreSQL.
+
+`, abs, cfg.DatabaseURL, devSocket, abs)
+	}
+	return sidecar.Run(ctx, cfg)
+}
+
+// createDatabase creates name unless it exists: a second run reuses it.
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return fmt.Errorf("look for database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}

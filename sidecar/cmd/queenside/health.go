@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+func healthCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "health",
+		Usage: "ask the sidecar for a real database round trip; exits 0 when ok, 1 otherwise",
+		Flags: clientFlags(),
+		Action: func(c *cli.Context) error {
+			cl, ctx, done, err := connect(c)
+			if err != nil {
+				return exitError("%v", err)
+			}
+			defer done()
+			h, err := cl.Health(ctx)
+			if err != nil {
+				return exitError("health: %v", err)
+			}
+			if c.Bool("json") {
+				if err := printJSON(h); err != nil {
+					return err
+				}
+			} else {
+				db := "ok"
+				if !h.Database.OK {
+					db = "unreachable: " + h.Database.Error
+				}
+				fmt.Printf("status     %s\ndatabase   %s (%.2f ms)\nspool      %d records, %d bytes\nversion    %s\nuptime     %.0f s\n",
+					h.Status, db, h.Database.LatencyMs, h.Spool.Records, h.Spool.Bytes, h.Version, h.UptimeSeconds)
+			}
+			if h.Status != protocol.HealthOK {
+				return cli.Exit("", 1)
+			}
+			return nil
+		},
+	}
+}

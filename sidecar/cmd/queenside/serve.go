@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar"
+)
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the sidecar against a PostgreSQL database",
+		Flags: append(daemonFlags("/var/run/queenside/queenside.sock", "/var/lib/queenside/spool"),
+			&cli.StringFlag{Name: "database-url", Usage: "PostgreSQL connection string", EnvVars: []string{"QUEENSIDE_DATABASE_URL"}, Required: true},
+		),
+		Action: func(c *cli.Context) error {
+			cfg, err := daemonConfig(c)
+			if err != nil {
+				return err
+			}
+			cfg.DatabaseURL = c.String("database-url")
+			ctx, stop := signalContext()
+			defer stop()
+			return sidecar.Run(ctx, cfg)
+		},
+	}
+}
+
+// daemonFlags are the flags shared by serve and dev.
+func daemonFlags(socket, spool string) []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "socket", Value: socket, Usage: "Unix socket to serve", EnvVars: []string{"QUEENSIDE_SOCKET"}},
+		&cli.StringFlag{Name: "socket-mode", Value: "0660", Usage: "file mode of the socket, in octal"},
+		&cli.IntSliceFlag{Name: "allow-uid", Usage: "only serve peers with this user id (repeatable; default: any peer)"},
+		&cli.StringFlag{Name: "spool-dir", Value: spool, Usage: "directory of the disk spool, on the pod's volume", EnvVars: []string{"QUEENSIDE_SPOOL_DIR"}},
+		&cli.StringFlag{Name: "http-addr", Usage: "address of the HTTP probe port, e.g. :8080 (off when empty)", EnvVars: []string{"QUEENSIDE_HTTP_ADDR"}},
+		&cli.IntFlag{Name: "max-frame-bytes", Value: protocol.DefaultMaxFrameBytes, Usage: "largest frame body accepted"},
+		&cli.DurationFlag{Name: "shutdown-grace", Value: sidecar.DefaultShutdownGrace, Usage: "how long SIGTERM waits for requests in flight"},
+	}, logFlags()...)
+}
+
+func daemonConfig(c *cli.Context) (sidecar.Config, error) {
+	log, err := newLogger(c)
+	if err != nil {
+		return sidecar.Config{}, err
+	}
+	mode, err := strconv.ParseUint(c.String("socket-mode"), 8, 32)
+	if err != nil || mode > 0o777 {
+		return sidecar.Config{}, fmt.Errorf("--socket-mode %q: want an octal file mode such as 0660", c.String("socket-mode"))
+	}
+	if n := c.Int("max-frame-bytes"); n < 1024 || n > 1<<30 {
+		return sidecar.Config{}, fmt.Errorf("--max-frame-bytes %d: want 1024..%d", n, 1<<30)
+	}
+	var uids []uint32
+	for _, u := range c.IntSlice("allow-uid") {
+		if u < 0 {
+			return sidecar.Config{}, fmt.Errorf("--allow-uid %d: want a user id >= 0", u)
+		}
+		uids = append(uids, uint32(u))
+	}
+	return sidecar.Config{
+		SocketPath:    c.String("socket"),
+		SocketMode:    os.FileMode(mode),
+		SpoolDir:      c.String("spool-dir"),
+		HTTPAddr:      c.String("http-addr"),
+		MaxFrameBytes: c.Int("max-frame-bytes"),
+		AllowUIDs:     uids,
+		ShutdownGrace: c.Duration("shutdown-grace"),
+		Logger:        log,
+	}, nil
+}
+
+// signalContext ends on SIGINT or SIGTERM, which start a graceful drain.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}

@@ -1,0 +1,168 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// errTooManyFiles is a transient accept failure worth waiting out.
+var errTooManyFiles = syscall.EMFILE
+
+// writeTimeout bounds how long a response may wait on a peer that stopped
+// reading; past it the connection is dropped rather than left to pin
+// handlers forever.
+const writeTimeout = 30 * time.Second
+
+// conn is one client connection: a read loop that starts a handler per
+// request (up to MaxInFlight), and a writer shared by those handlers.
+type conn struct {
+	s  *Server
+	nc net.Conn
+	// ctx ends when the peer goes away; only waits (long-polls) listen to it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	wmu sync.Mutex
+	w   *bufio.Writer
+
+	handlers sync.WaitGroup
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(s.baseCtx)
+	c := &conn{s: s, nc: nc, ctx: ctx, cancel: cancel, w: bufio.NewWriterSize(nc, 32<<10)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining.Load() {
+		cancel()
+		nc.Close()
+		return nil
+	}
+	s.conns[c] = struct{}{}
+	return c
+}
+
+func (c *conn) serve() {
+	defer c.finish()
+	if !c.peerAllowed() {
+		return
+	}
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	slots := make(chan struct{}, c.s.opts.MaxInFlight)
+	for {
+		body, err := protocol.ReadFrame(r, nil, c.s.opts.MaxFrameBytes)
+		if err != nil {
+			if errors.Is(err, protocol.ErrFrameTooLarge) {
+				// The framing cannot be trusted any more: say why, then close.
+				c.writeError(0, protocol.Errorf(protocol.CodeFrameTooLarge, "%v", err))
+			}
+			return
+		}
+		req, perr := protocol.DecodeRequest(body)
+		if perr != nil {
+			c.writeError(req.ID, perr)
+			continue
+		}
+		// Backpressure: with MaxInFlight requests being served, stop reading.
+		select {
+		case slots <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
+		c.handlers.Add(1)
+		c.s.active.Add(1)
+		go func() {
+			defer func() {
+				<-slots
+				c.s.active.Add(-1)
+				c.handlers.Done()
+			}()
+			res, err := c.s.dispatch(c.ctx, req)
+			c.respond(req.ID, res, err)
+		}()
+	}
+}
+
+// finish runs when the peer stops sending: waits end, requests already
+// received are still answered, then the connection closes.
+func (c *conn) finish() {
+	c.cancel()
+	c.handlers.Wait()
+	c.nc.Close()
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+}
+
+func (c *conn) peerAllowed() bool {
+	allow := c.s.opts.AllowUIDs
+	if len(allow) == 0 {
+		return true
+	}
+	uid, err := peerUID(c.nc)
+	if err == nil && slices.Contains(allow, uid) {
+		return true
+	}
+	msg := "peer credentials not allowed"
+	if err != nil {
+		msg = err.Error()
+	} else {
+		c.s.log.Warn("refused a peer", "uid", uid)
+	}
+	c.writeError(0, protocol.Errorf(protocol.CodeUnauthorized, "%s", msg))
+	return false
+}
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func (c *conn) respond(id uint64, result any, err error) {
+	if err != nil {
+		c.writeError(id, c.s.toProtocolError(err))
+		return
+	}
+	bp := bodyPool.Get().(*[]byte)
+	defer bodyPool.Put(bp)
+	body, encErr := protocol.AppendResult((*bp)[:0], id, result)
+	if encErr != nil {
+		c.writeError(id, protocol.Errorf(protocol.CodeInternal, "encode result: %v", encErr))
+		return
+	}
+	if len(body) > c.s.opts.MaxFrameBytes {
+		c.writeError(id, protocol.Errorf(protocol.CodeOverloaded, "result of %d bytes exceeds the frame limit of %d; ask for less", len(body), c.s.opts.MaxFrameBytes))
+		return
+	}
+	c.writeFrame(body)
+	*bp = body[:0]
+}
+
+func (c *conn) writeError(id uint64, e *protocol.Error) {
+	c.writeFrame(protocol.AppendError(nil, id, e))
+}
+
+func (c *conn) notify(notice string) {
+	c.writeFrame(protocol.AppendNotice(nil, notice))
+}
+
+// writeFrame sends one frame and flushes it: one flush per response.
+func (c *conn) writeFrame(body []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	err := protocol.WriteFrame(c.w, body)
+	if err == nil {
+		err = c.w.Flush()
+	}
+	if err != nil {
+		// A peer we cannot write to is gone or stuck; closing ends its read
+		// loop too. What it asked for was still carried out.
+		c.nc.Close()
+	}
+}

@@ -1,0 +1,76 @@
+package sidecar
+
+import (
+	"context"
+	"time"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// opFunc serves one operation: it decodes its own arguments and returns a
+// result to encode, or an error.
+type opFunc func(ctx context.Context, args []byte) (any, error)
+
+type opSpec struct {
+	fn opFunc
+	// waits marks an operation that may wait for events (a long-poll pop):
+	// it ends when its client goes away. Others run to completion even if
+	// the client hangs up, so nothing half-done is left behind.
+	waits bool
+	// local marks an operation that never touches the database.
+	local bool
+}
+
+func (s *Server) operations() map[string]opSpec {
+	ops := map[string]opSpec{
+		protocol.OpHello:     {fn: s.opHello, local: true},
+		protocol.OpHealth:    {fn: s.opHealth, local: true},
+		protocol.OpPush:      {fn: s.opPush},
+		protocol.OpConfigure: {fn: s.opConfigure},
+		protocol.OpQueues:    {fn: s.opQueues},
+		protocol.OpStats:     {fn: s.opStats},
+	}
+	// Operations of the contract that this build does not serve yet answer
+	// unsupported rather than unknown_op: the name is right, the feature is missing.
+	for _, name := range []string{protocol.OpPop, protocol.OpAck, protocol.OpRenew, protocol.OpRelease,
+		protocol.OpTransaction, protocol.OpGroups, protocol.OpSeek, protocol.OpDeleteGroup,
+		protocol.OpDLQ, protocol.OpDLQReplay} {
+		if _, ok := ops[name]; !ok {
+			ops[name] = opSpec{fn: unsupported(name), local: true}
+		}
+	}
+	return ops
+}
+
+func unsupported(name string) opFunc {
+	return func(context.Context, []byte) (any, error) {
+		return nil, protocol.Errorf(protocol.CodeUnsupported, "%s is not served by this sidecar version (%s)", name, Version)
+	}
+}
+
+func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, error) {
+	spec, ok := s.ops[req.Op]
+	if !ok {
+		return nil, protocol.Errorf(protocol.CodeUnknownOp, "no operation named %q", req.Op)
+	}
+	if s.draining.Load() {
+		return nil, protocol.Errorf(protocol.CodeDraining, "the sidecar is shutting down; retry on another")
+	}
+	if !spec.local && !s.ready.Load() {
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "the database schema is not ready yet")
+	}
+	ctx := s.baseCtx
+	if spec.waits {
+		ctx = connCtx
+	}
+	if req.TimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)
+		defer cancel()
+	}
+	res, err := spec.fn(ctx, req.Args)
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		return nil, protocol.Errorf(protocol.CodeDeadlineExceeded, "%s did not finish within %d ms", req.Op, req.TimeoutMs)
+	}
+	return res, err
+}

@@ -1,0 +1,29 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
+)
+
+// toProtocolError turns any error an operation returned into the error the
+// client sees. Errors that are not the caller's are logged: they are bugs
+// or outages an operator should know of.
+func (s *Server) toProtocolError(err error) *protocol.Error {
+	var pe *protocol.Error
+	switch {
+	case errors.As(err, &pe):
+		return pe
+	case errors.Is(err, context.DeadlineExceeded):
+		return protocol.Errorf(protocol.CodeDeadlineExceeded, "%v", err)
+	case errors.Is(err, store.ErrQueueNotFound):
+		return protocol.Errorf(protocol.CodeNotFound, "%v", err)
+	case store.IsUnavailable(err):
+		s.log.Warn("database unavailable", "error", err)
+		return protocol.Errorf(protocol.CodeUnavailable, "database unavailable: %v", err)
+	}
+	s.log.Error("request failed", "error", err)
+	return protocol.Errorf(protocol.CodeInternal, "%v", err)
+}

@@ -1,0 +1,32 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// HTTPHandler serves the probes of the optional side port:
+//
+//	/live   200 while the process serves its socket, whatever PostgreSQL
+//	        does. Use it for liveness: restarting a sidecar because the
+//	        database is down would gain nothing.
+//	/health a real database round trip; 200 or 503 with the health JSON.
+//	        Use it for readiness.
+func (s *Server) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n")) //nolint:errcheck // the probe reads the status
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		h := s.Health(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if h.Status != protocol.HealthOK {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		json.NewEncoder(w).Encode(h) //nolint:errcheck // the probe reads the status
+	})
+	return mux
+}

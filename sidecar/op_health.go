@@ -1,0 +1,44 @@
+package sidecar
+
+import (
+	"context"
+	"time"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// healthTimeout bounds the database round trip of a health check, so that a
+// probe answers promptly even when PostgreSQL hangs.
+const healthTimeout = 2 * time.Second
+
+func (s *Server) opHealth(ctx context.Context, _ []byte) (any, error) {
+	return s.Health(ctx), nil
+}
+
+// Health performs a real database round trip and reports the sidecar's state.
+func (s *Server) Health(ctx context.Context) protocol.HealthResult {
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	h := protocol.HealthResult{
+		Status:        protocol.HealthOK,
+		Version:       Version,
+		UptimeSeconds: time.Since(s.started).Seconds(),
+	}
+	latency, err := s.store.Ping(ctx)
+	switch {
+	case err != nil:
+		h.Status = protocol.HealthUnavailable
+		h.Database.Error = err.Error()
+	case !s.ready.Load():
+		h.Status = protocol.HealthUnavailable
+		h.Database = protocol.DatabaseHealth{OK: true, LatencyMs: ms(latency), Error: "schema not migrated yet"}
+	default:
+		h.Database = protocol.DatabaseHealth{OK: true, LatencyMs: ms(latency)}
+	}
+	if s.draining.Load() {
+		h.Status = protocol.HealthDraining
+	}
+	return h
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

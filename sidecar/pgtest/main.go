@@ -1,0 +1,155 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/queenside/queenside/sidecar/pgserver"
+)
+
+// URLEnv names the variable pointing the harness at an existing server.
+const URLEnv = "TEST_DATABASE_URL"
+
+// harness is what Main sets up for the tests in one test binary. It is
+// written before m.Run and only read while tests run.
+type harness struct {
+	ready    bool
+	given    string // TEST_DATABASE_URL, or "" when we run our own server
+	adminURL string
+	server   *pgserver.Server
+	dirs     []string // removed after the server stops
+	reaper   *exec.Cmd
+	admin    *pgxpool.Pool
+
+	tmplOnce sync.Once
+	tmpl     string
+	tmplErr  error
+}
+
+var h harness
+
+// Main is called from TestMain: it finds or starts PostgreSQL, runs m.Run(),
+// stops what it started, and exits with the result.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := setup(); err != nil {
+		teardown()
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintf(os.Stderr, "pgtest: FAIL: PostgreSQL is required in CI and is not usable: %v\n", err)
+		} else {
+			fmt.Fprintf(os.Stderr, "pgtest: these tests need PostgreSQL, which is not usable: %v\n"+
+				"pgtest: install the PostgreSQL server (initdb and pg_ctl; e.g. apt install postgresql) "+
+				"or set %s to a database on a server where you may CREATE DATABASE.\n", err, URLEnv)
+		}
+		return 1
+	}
+	code := m.Run()
+	if err := teardown(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: cleaning up: %v\n", err)
+	}
+	return code
+}
+
+func setup() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	if u := os.Getenv(URLEnv); u != "" {
+		h.given = u
+		h.adminURL = pickAdminURL(ctx, u)
+	} else if err := startServer(ctx); err != nil {
+		return err
+	}
+
+	var err error
+	if h.admin, err = pgxpool.New(ctx, h.adminURL); err != nil {
+		return fmt.Errorf("admin connection: %w", err)
+	}
+	if err := h.admin.Ping(ctx); err != nil {
+		return fmt.Errorf("connecting to %s: %w", redact(h.adminURL), err)
+	}
+	h.ready = true
+	return nil
+}
+
+// pickAdminURL prefers the maintenance database "postgres" on the given
+// server, so that the database named in the URL is not held open, but falls
+// back to the URL as given for servers without it.
+func pickAdminURL(ctx context.Context, given string) string {
+	u := withDatabase(given, "postgres")
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return given
+	}
+	conn.Close(ctx)
+	return u
+}
+
+// startServer runs a throwaway server in a fresh temporary directory.
+func startServer(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "queenside-pgtest-")
+	if err != nil {
+		return err
+	}
+	h.dirs = append(h.dirs, dir)
+	// MkdirTemp makes it 0700; as root the server runs as postgres, which
+	// must be able to get in (else pgserver falls back to /var/tmp).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	s, err := pgserver.Start(ctx, pgserver.Options{Dir: dir, Fast: true})
+	if err != nil {
+		return err
+	}
+	h.server = s
+	h.adminURL = s.URL("postgres")
+	if base := filepath.Dir(s.DataDir()); base != dir {
+		h.dirs = append(h.dirs, base) // pgserver's root fallback
+	}
+	h.reaper = startReaper(s, h.dirs)
+	return nil
+}
+
+// teardown undoes setup: it drops nothing that tests created (their
+// cleanups do), stops our server and removes its files.
+func teardown() error {
+	if h.admin != nil {
+		h.admin.Close()
+	}
+	var errs []error
+	if h.server != nil {
+		if err := h.server.Stop("immediate"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		for _, d := range h.dirs {
+			if err := os.RemoveAll(d); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		stopReaper(h.reaper)
+	}
+	// On failure the reaper stays: it retries once this process is gone.
+	return errors.Join(errs...)
+}
+
+// Server returns the harness's own throwaway server, or nil when
+// TEST_DATABASE_URL is in use (tests that must stop or crash the server
+// cannot run then).
+func Server() *pgserver.Server { return h.server }
+
+// AdminURL returns the URL of the maintenance database on the server in use.
+func AdminURL() string { return h.adminURL }

@@ -1,0 +1,132 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/queenside/queenside/sidecar/store"
+)
+
+// DefaultShutdownGrace is how long a drain waits for requests in flight.
+const DefaultShutdownGrace = 25 * time.Second
+
+// Config is everything `queenside serve` is told.
+type Config struct {
+	SocketPath    string
+	SocketMode    os.FileMode
+	DatabaseURL   string
+	SpoolDir      string
+	HTTPAddr      string
+	MaxFrameBytes int
+	AllowUIDs     []uint32
+	ShutdownGrace time.Duration
+	Logger        hclog.Logger
+	// OnReady, when set, is called once the socket accepts connections.
+	OnReady func(srv *Server)
+}
+
+// Run serves until ctx ends, then drains within the grace period. The
+// socket is served even while PostgreSQL is unreachable: migrations are
+// retried in the background, and operations answer unavailable meanwhile,
+// so a pod restarted during a database outage does not crash-loop.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL, log.Named("store"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if cfg.SpoolDir != "" {
+		if err := os.MkdirAll(cfg.SpoolDir, 0o750); err != nil {
+			return fmt.Errorf("create spool directory: %w", err)
+		}
+	}
+	ln, err := ListenSocket(cfg.SocketPath, cfg.SocketMode)
+	if err != nil {
+		return err
+	}
+	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Logger: log})
+	errc := make(chan error, 3)
+	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if err := migrateUntilDone(ctx, st, log); err != nil {
+			errc <- err
+			return
+		}
+		srv.SetReady()
+	}()
+	var hs *http.Server
+	if cfg.HTTPAddr != "" {
+		hs = &http.Server{Addr: cfg.HTTPAddr, Handler: srv.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := hs.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("http side port: %w", err)
+			}
+		}()
+	}
+	log.Info("serving", "socket", cfg.SocketPath, "sidecarId", srv.ID(), "version", Version, "http", cfg.HTTPAddr)
+	if cfg.OnReady != nil {
+		cfg.OnReady(srv)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		log.Error("stopping", "error", runErr)
+	}
+	log.Info("draining", "grace", cfg.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("grace period over; closing the remaining connections", "error", err)
+		srv.Close()
+	}
+	if hs != nil {
+		hs.Shutdown(sctx) //nolint:errcheck // best effort on the way out
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// migrateUntilDone applies migrations, retrying while the database cannot
+// be reached. Any other failure is fatal: the schema is wrong.
+func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger) error {
+	backoff := 250 * time.Millisecond
+	for {
+		mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		applied, err := st.Migrate(mctx)
+		cancel()
+		if err == nil {
+			if len(applied) > 0 {
+				log.Info("migrated the schema", "applied", applied)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !store.IsUnavailable(err) {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		log.Warn("database unreachable; will migrate once it answers", "error", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}

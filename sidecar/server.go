@@ -1,0 +1,184 @@
+// Package sidecar is the queenside daemon: the socket listener, connections,
+// dispatch of operations to the store, and the HTTP probes.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
+)
+
+// Version is the sidecar's version, set at build time with -ldflags.
+var Version = "0.1.0-dev"
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("sidecar: server closed")
+
+// Options configure a Server.
+type Options struct {
+	MaxFrameBytes int      // frame body limit; default protocol.DefaultMaxFrameBytes
+	MaxInFlight   int      // requests served at once per connection; default protocol.DefaultMaxInFlight
+	AllowUIDs     []uint32 // peers allowed by SO_PEERCRED; empty allows any
+	Logger        hclog.Logger
+}
+
+// Server serves the protocol on any number of listeners.
+type Server struct {
+	opts    Options
+	log     hclog.Logger
+	store   *store.Store
+	ops     map[string]opSpec
+	id      string
+	started time.Time
+
+	// baseCtx outlives connections, so a push whose client hung up still
+	// finishes its transaction; only Close cancels it.
+	baseCtx  context.Context
+	cancel   context.CancelFunc
+	ready    atomic.Bool // the schema is migrated and the store may be used
+	draining atomic.Bool
+	active   atomic.Int64 // requests being served, across connections
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+}
+
+// New returns a Server over st. It answers unavailable until SetReady.
+func New(st *store.Store, opts Options) *Server {
+	if opts.MaxFrameBytes <= 0 {
+		opts.MaxFrameBytes = protocol.DefaultMaxFrameBytes
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = protocol.DefaultMaxInFlight
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		opts:      opts,
+		log:       opts.Logger,
+		store:     st,
+		id:        uuid.NewString(),
+		started:   time.Now(),
+		baseCtx:   ctx,
+		cancel:    cancel,
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
+	}
+	s.ops = s.operations()
+	return s
+}
+
+// SetReady marks the schema as migrated: operations that need the database
+// are served from now on.
+func (s *Server) SetReady() { s.ready.Store(true) }
+
+// ID is this sidecar's identity, announced by hello.
+func (s *Server) ID() string { return s.id }
+
+// Serve accepts connections on ln until Shutdown or Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.draining.Load() || s.baseCtx.Err() != nil {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer s.forgetListener(ln)
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.draining.Load() || s.baseCtx.Err() != nil {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "error", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		c := s.newConn(nc)
+		if c == nil {
+			continue
+		}
+		go c.serve()
+	}
+}
+
+func (s *Server) forgetListener(ln net.Listener) {
+	s.mu.Lock()
+	delete(s.listeners, ln)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, tells every connection the sidecar is draining,
+// answers new requests with draining, and waits for requests in flight to
+// finish (an ack being processed still commits) before closing connections.
+// Leases held are not released. If ctx ends first, Shutdown returns its
+// error and the caller should Close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining.Store(true)
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.notify(protocol.NoticeDraining)
+	}
+	s.mu.Unlock()
+
+	// Polled like net/http's Shutdown: requests may start (and be refused
+	// with draining) while we wait, which a WaitGroup cannot express.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.active.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	s.closeConns()
+	return nil
+}
+
+// Close stops everything at once: listeners, connections, and the requests
+// they were serving.
+func (s *Server) Close() error {
+	s.draining.Store(true)
+	s.cancel()
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	s.closeConns()
+	return nil
+}
+
+func (s *Server) closeConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+}

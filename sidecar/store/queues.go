@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// ErrQueueNotFound is returned for a queue that was never created.
+var ErrQueueNotFound = errors.New("store: queue not found")
+
+const optionColumns = `lease_seconds, retry_limit, dedup_window_seconds,
+	retention_seconds, completed_retention_seconds, delay_seconds`
+
+func scanOptions(o *protocol.QueueOptions) []any {
+	return []any{&o.LeaseSeconds, &o.RetryLimit, &o.DedupWindowSeconds,
+		&o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.DelaySeconds}
+}
+
+// Configure replaces every option of a queue, creating it if needed, and
+// returns the options now in force.
+func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOptions) (protocol.QueueOptions, error) {
+	var got protocol.QueueOptions
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO queenside.queues (name, `+optionColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (name) DO UPDATE SET
+			lease_seconds = excluded.lease_seconds,
+			retry_limit = excluded.retry_limit,
+			dedup_window_seconds = excluded.dedup_window_seconds,
+			retention_seconds = excluded.retention_seconds,
+			completed_retention_seconds = excluded.completed_retention_seconds,
+			delay_seconds = excluded.delay_seconds
+		RETURNING `+optionColumns,
+		queue, o.LeaseSeconds, o.RetryLimit, o.DedupWindowSeconds,
+		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds,
+	).Scan(scanOptions(&got)...)
+	if err != nil {
+		return got, fmt.Errorf("configure %s: %w", queue, err)
+	}
+	return got, nil
+}
+
+// Queues lists every queue with its partition count and options.
+func (s *Store) Queues(ctx context.Context) ([]protocol.QueueInfo, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT q.name, (SELECT count(*) FROM queenside.partitions p WHERE p.queue_id = q.id), `+optionColumns+`
+		FROM queenside.queues q ORDER BY q.name`)
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	defer rows.Close()
+	out := []protocol.QueueInfo{}
+	for rows.Next() {
+		var qi protocol.QueueInfo
+		if err := rows.Scan(append([]any{&qi.Queue, &qi.Partitions}, scanOptions(&qi.Options)...)...); err != nil {
+			return nil, fmt.Errorf("list queues: %w", err)
+		}
+		out = append(out, qi)
+	}
+	return out, rows.Err()
+}
+
+// Stats describes each partition of a queue: the next offset and how many
+// messages are retained. Retention only removes whole segments from the
+// front, so the oldest retained offset is the first segment's base.
+func (s *Store) Stats(ctx context.Context, queue string) (protocol.StatsResult, error) {
+	res := protocol.StatsResult{Queue: queue, Partitions: []protocol.PartitionStats{}}
+	var queueID int64
+	err := s.pool.QueryRow(ctx, "SELECT id FROM queenside.queues WHERE name = $1", queue).Scan(&queueID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, ErrQueueNotFound
+	}
+	if err != nil {
+		return res, fmt.Errorf("stats %s: %w", queue, err)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT p.name, p.next_offset,
+		       p.next_offset - coalesce((SELECT sg.base_offset FROM queenside.segments sg
+		                                  WHERE sg.partition_id = p.id
+		                                  ORDER BY sg.last_offset LIMIT 1), p.next_offset)
+		FROM queenside.partitions p WHERE p.queue_id = $1 ORDER BY p.name`, queueID)
+	if err != nil {
+		return res, fmt.Errorf("stats %s: %w", queue, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		ps := protocol.PartitionStats{Groups: []protocol.GroupStats{}}
+		if err := rows.Scan(&ps.Partition, &ps.HeadOffset, &ps.Messages); err != nil {
+			return res, fmt.Errorf("stats %s: %w", queue, err)
+		}
+		res.Partitions = append(res.Partitions, ps)
+	}
+	return res, rows.Err()
+}

@@ -1,0 +1,59 @@
+// Package store runs queenside's transactions against PostgreSQL. Every
+// guarantee lives in SQL and row locks (see schema/migrations); the sidecar's
+// memory holds nothing that decides a verdict.
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queenside/queenside/schema"
+)
+
+// Store is a pool of connections to the shared database.
+type Store struct {
+	pool  *pgxpool.Pool
+	log   hclog.Logger
+	parts partitionCache
+}
+
+// Open connects to the database at url. It does not migrate; call Migrate.
+func Open(ctx context.Context, url string, log hclog.Logger) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open store: parse database url: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "queenside"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return &Store{pool: pool, log: log, parts: newPartitionCache()}, nil
+}
+
+// Close releases every connection.
+func (s *Store) Close() { s.pool.Close() }
+
+// Migrate applies pending migrations under the shared advisory lock.
+func (s *Store) Migrate(ctx context.Context) ([]int, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Release()
+	return schema.MigrateVersions(ctx, conn.Conn())
+}
+
+// Ping performs a real round trip and returns how long it took.
+func (s *Store) Ping(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	var one int
+	if err := s.pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return 0, fmt.Errorf("ping database: %w", err)
+	}
+	return time.Since(start), nil
+}
