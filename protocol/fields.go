@@ -40,7 +40,11 @@ func mapLen(d *msgpack.Decoder) (int, error) {
 }
 
 func readKey(d *msgpack.Decoder) (string, error) {
-	if c, err := d.PeekCode(); err != nil || !msgpcode.IsString(c) {
+	c, err := d.PeekCode()
+	if err != nil {
+		return "", fmt.Errorf("truncated map")
+	}
+	if !msgpcode.IsString(c) {
 		return "", fmt.Errorf("map keys must be strings")
 	}
 	return d.DecodeString()

@@ -112,6 +112,8 @@ func DecodePushItem(raw []byte) PushItem {
 		case "traceId":
 			if it.TraceID, err = readString(d, key); err == nil && len(it.TraceID) > MaxTraceIDBytes {
 				err = invalid(key, "longer than %d bytes", MaxTraceIDBytes)
+			} else if err == nil {
+				err = CheckText(key, it.TraceID)
 			}
 		case "headers":
 			it.Headers, err = readStringMap(d, key, MaxHeaders)

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -49,10 +50,22 @@ func CheckPartition(field, s string) error {
 	return nil
 }
 
-// CheckTransactionID validates a transaction id: 1..256 bytes.
+// CheckTransactionID validates a transaction id: 1..256 bytes of text.
 func CheckTransactionID(field, s string) error {
 	if len(s) == 0 || len(s) > MaxTransactionIDBytes {
 		return invalid(field, "must be 1..%d bytes, got %d", MaxTransactionIDBytes, len(s))
+	}
+	return CheckText(field, s)
+}
+
+// CheckText validates a string stored as text: UTF-8 (as msgpack strings
+// are meant to be) without NUL, which PostgreSQL text cannot hold.
+func CheckText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return invalid(field, "is not valid UTF-8")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalid(field, "contains a NUL character")
 	}
 	return nil
 }

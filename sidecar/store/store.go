@@ -23,6 +23,9 @@ type Store struct {
 
 // Open connects to the database at url. It does not migrate; call Migrate.
 func Open(ctx context.Context, url string, log hclog.Logger) (*Store, error) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("open store: parse database url: %w", err)

@@ -1,0 +1,104 @@
+package protocol
+
+import (
+	"github.com/vmihailenco/msgpack/v5"
+
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeRequest(t *testing.T) {
+	body, _ := Marshal(Request{ID: 9, Op: OpPush, Args: mustRaw(t, map[string]any{"items": []any{}}), TimeoutMs: 250})
+	req, err := DecodeRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.ID != 9 || req.Op != OpPush || req.TimeoutMs != 250 || len(req.Args) == 0 {
+		t.Fatalf("decoded %+v", req)
+	}
+}
+
+func TestDecodeRequestIgnoresUnknownKeysAndNilArgs(t *testing.T) {
+	body, _ := Marshal(map[string]any{"id": 1, "op": "health", "args": nil, "future": []int{1, 2}})
+	req, err := DecodeRequest(body)
+	if err != nil || req.Args != nil {
+		t.Fatalf("decoded %+v, %v", req, err)
+	}
+}
+
+func TestDecodeRequestErrorsKeepTheID(t *testing.T) {
+	for _, v := range []map[string]any{
+		{"id": 5, "op": 1},
+		{"id": 5, "args": "x", "op": "push"},
+		{"id": 5, "op": "push", "timeoutMs": -1},
+		{"id": 5},
+	} {
+		body, _ := Marshal(v)
+		req, err := DecodeRequest(body)
+		if err == nil || err.Code != CodeBadRequest || req.ID != 5 {
+			t.Fatalf("%v: id %d, error %v; want bad_request with id 5", v, req.ID, err)
+		}
+	}
+}
+
+func TestPushItemValidation(t *testing.T) {
+	good := map[string]any{"queue": "q", "payload": nil}
+	raw := mustRaw(t, map[string]any{"items": []any{
+		good,
+		map[string]any{"queue": "q"},
+		map[string]any{"queue": "q", "payload": 1, "traceId": strings.Repeat("t", MaxTraceIDBytes+1)},
+		map[string]any{"queue": "q", "payload": 1, "headers": map[string]any{"a": "b"}},
+	}})
+	args, err := DecodePushArgs(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args.Items[0].Invalid != nil || string(args.Items[0].Payload) != "\xc0" || args.Items[0].Partition != DefaultPartition {
+		t.Fatalf("a nil payload is a value: %+v", args.Items[0])
+	}
+	if args.Items[1].Invalid == nil || args.Items[2].Invalid == nil {
+		t.Fatal("missing payload or long trace id accepted")
+	}
+	if args.Items[3].Invalid != nil || args.Items[3].Headers["a"] != "b" {
+		t.Fatalf("headers: %+v", args.Items[3])
+	}
+}
+
+func TestReadTimeAcceptsThreeForms(t *testing.T) {
+	want := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, v := range []any{want, "2026-01-02T03:04:05Z", want.UnixMilli()} {
+		raw := mustRaw(t, map[string]any{"at": v})
+		var got time.Time
+		err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+			var err error
+			got, err = readTime(d, key)
+			return err
+		})
+		if err != nil || !got.Equal(want) {
+			t.Fatalf("%T %v: got %v, %v", v, v, got, err)
+		}
+	}
+}
+
+func TestCodesRetryable(t *testing.T) {
+	retry := map[Code]bool{CodeUnavailable: true, CodeSpoolFull: true, CodeDraining: true,
+		CodeOverloaded: true, CodeDeadlineExceeded: true, CodeInternal: true}
+	if len(Codes()) != 15 {
+		t.Fatalf("%d codes, the contract has 15", len(Codes()))
+	}
+	for _, c := range Codes() {
+		if c.Retryable() != retry[c] || Errorf(c, "x").Retryable != retry[c] {
+			t.Fatalf("%s retryable=%t", c, c.Retryable())
+		}
+	}
+}
+
+func mustRaw(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,111 @@
+package schema_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/schema"
+	"github.com/queenside/queenside/sidecar/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// emptyDatabase creates a database with no queenside schema at all and
+// returns its name.
+func emptyDatabase(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := pgtest.Pool(t, pgtest.AdminURL())
+	name := "queenside_empty_" + time.Now().Format("150405_000000000")
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)") //nolint:errcheck
+	})
+	return name
+}
+
+func connect(t *testing.T, database string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(pgtest.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = database
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func TestConcurrentMigrationsDoNotRace(t *testing.T) {
+	db := emptyDatabase(t)
+	const sidecars = 6
+	conns := make([]*pgx.Conn, sidecars)
+	for i := range conns {
+		conns[i] = connect(t, db)
+	}
+	ms, err := schema.Migrations()
+	if err != nil || len(ms) == 0 {
+		t.Fatalf("migrations: %v", err)
+	}
+	var wg sync.WaitGroup
+	applied := make([][]int, sidecars)
+	errs := make([]error, sidecars)
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			applied[i], errs[i] = schema.MigrateVersions(context.Background(), c)
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("sidecar %d: %v", i, err)
+		}
+		total += len(applied[i])
+	}
+	if total != len(ms) {
+		t.Fatalf("migrations applied %d times in all, want each of %d once", total, len(ms))
+	}
+	var current string
+	if err := conns[0].QueryRow(context.Background(), "SELECT current_database()").Scan(&current); err != nil || current != db {
+		t.Fatalf("migrated %q, want %q (%v)", current, db, err)
+	}
+	var recorded int
+	if err := conns[0].QueryRow(context.Background(), "SELECT count(*) FROM queenside.schema_migrations").Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if recorded != len(ms) {
+		t.Fatalf("%d migrations recorded, want %d", recorded, len(ms))
+	}
+	// A later start finds nothing to do.
+	again, err := schema.MigrateVersions(context.Background(), conns[0])
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second run applied %v (%v)", again, err)
+	}
+}
+
+func TestMigrationsAreNumberedInOrder(t *testing.T) {
+	ms, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range ms {
+		if m.Version != i+1 {
+			t.Fatalf("migration %s has version %d, want %d: versions must be 1, 2, 3...", m.Name, m.Version, i+1)
+		}
+	}
+	if len(schema.Fingerprint()) != 64 {
+		t.Fatal("fingerprint is not a sha256 hex digest")
+	}
+}

@@ -1,0 +1,216 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+func wantError(t *testing.T, resp protocol.Response, id uint64, code protocol.Code) {
+	t.Helper()
+	if resp.Error == nil {
+		t.Fatalf("response %d: want error %s, got a result", resp.ID, code)
+	}
+	if resp.ID != id || resp.Error.Code != code {
+		t.Fatalf("got id %d error %s (%s), want id %d error %s", resp.ID, resp.Error.Code, resp.Error.Message, id, code)
+	}
+	if resp.Error.Retryable != code.Retryable() {
+		t.Fatalf("%s answered retryable=%t", code, resp.Error.Retryable)
+	}
+}
+
+// stillServes asserts that a fresh connection is served normally.
+func stillServes(t *testing.T, ts *testSidecar) {
+	t.Helper()
+	if h, err := ts.client(t).Health(testContext(t)); err != nil || h.Status != protocol.HealthOK {
+		t.Fatalf("after bad input the sidecar no longer serves: %v %+v", err, h)
+	}
+}
+
+func lengthPrefix(n uint32) []byte { return binary.BigEndian.AppendUint32(nil, n) }
+
+func TestFrameOverTheLimitClosesTheConnection(t *testing.T) {
+	ts := startSidecar(t, "", Options{MaxFrameBytes: 1024})
+	for _, n := range []uint32{1025, 0, 0xffffffff} {
+		r := dialRaw(t, ts.socket)
+		r.write(lengthPrefix(n))
+		wantError(t, r.read(), 0, protocol.CodeFrameTooLarge)
+		r.closed()
+	}
+	// A push whose payload makes the frame too large is refused the same way.
+	r := dialRaw(t, ts.socket)
+	r.sendRequest(1, protocol.OpPush, protocol.PushArgs{Items: []protocol.PushItem{item(t, "q", "", "", strings.Repeat("x", 2000))}})
+	wantError(t, r.read(), 0, protocol.CodeFrameTooLarge)
+	r.closed()
+	stillServes(t, ts)
+}
+
+func TestMalformedBodiesKeepTheConnection(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	r := dialRaw(t, ts.socket)
+	cases := []struct {
+		name string
+		body []byte
+		id   uint64
+	}{
+		{"garbage", []byte{0xc1, 0xff, 0x00}, 0},
+		{"array", mustMarshal(t, []any{1, "push"}), 0},
+		{"string", mustMarshal(t, "hello"), 0},
+		{"missing id", mustMarshal(t, map[string]any{"op": "health"}), 0},
+		{"zero id", mustMarshal(t, map[string]any{"id": 0, "op": "health"}), 0},
+		{"missing op", mustMarshal(t, map[string]any{"id": 3}), 3},
+		{"op not a string", mustMarshal(t, map[string]any{"id": 4, "op": 12}), 4},
+		{"args not a map", mustMarshal(t, map[string]any{"id": 5, "op": "push", "args": []int{1}}), 5},
+		{"truncated map", mustMarshal(t, protocol.Request{ID: 6, Op: "health"})[:5], 6}, // the id came first
+		{"trailing bytes", append(mustMarshal(t, protocol.Request{ID: 7, Op: "health"}), 0x01), 7},
+	}
+	for _, tc := range cases {
+		r.sendBody(tc.body)
+		resp := r.read()
+		t.Logf("%s: %v", tc.name, resp.Error)
+		wantError(t, resp, tc.id, protocol.CodeBadRequest)
+	}
+	// The framing was intact throughout: the same connection still works.
+	r.sendRequest(99, protocol.OpHealth, nil)
+	if resp := r.read(); resp.ID != 99 || resp.Error != nil {
+		t.Fatalf("after bad bodies: %+v", resp)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := protocol.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestBadRequestsGetTheirDocumentedCodes(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	r := dialRaw(t, ts.socket)
+	long := strings.Repeat("q", protocol.MaxNameBytes+1)
+	cases := []struct {
+		op   string
+		args any
+		code protocol.Code
+	}{
+		{"nosuchop", nil, protocol.CodeUnknownOp},
+		{protocol.OpHello, map[string]any{"protocol": 2}, protocol.CodeUnsupported},
+		{protocol.OpHello, map[string]any{"protocol": "1"}, protocol.CodeInvalidArgument},
+		{protocol.OpPush, map[string]any{}, protocol.CodeInvalidArgument},
+		{protocol.OpPush, map[string]any{"items": []any{}}, protocol.CodeInvalidArgument},
+		{protocol.OpPush, map[string]any{"items": "x"}, protocol.CodeInvalidArgument},
+		{protocol.OpConfigure, map[string]any{"queue": "q", "options": map[string]any{"leaseSeconds": "60"}}, protocol.CodeInvalidArgument},
+		{protocol.OpConfigure, map[string]any{"queue": "q", "options": map[string]any{"leaseSeconds": 0}}, protocol.CodeInvalidArgument},
+		{protocol.OpConfigure, map[string]any{"queue": "q", "options": map[string]any{"dedupWindowSeconds": -1}}, protocol.CodeInvalidArgument},
+		{protocol.OpConfigure, map[string]any{"options": map[string]any{}}, protocol.CodeInvalidArgument},
+		{protocol.OpStats, map[string]any{"queue": long}, protocol.CodeInvalidArgument},
+		{protocol.OpStats, map[string]any{"queue": "bad name"}, protocol.CodeInvalidArgument},
+		{protocol.OpStats, map[string]any{"queue": 7}, protocol.CodeInvalidArgument},
+		{protocol.OpStats, map[string]any{"queue": "never-created"}, protocol.CodeNotFound},
+	}
+	for i, tc := range cases {
+		id := uint64(i + 1)
+		r.sendRequest(id, tc.op, tc.args)
+		resp := r.read()
+		t.Logf("%s %v: %v", tc.op, tc.args, resp.Error)
+		wantError(t, resp, id, tc.code)
+	}
+	stillServes(t, ts)
+}
+
+func TestMalformedItemFailsAlone(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	r := dialRaw(t, ts.socket)
+	good := map[string]any{"queue": "q", "payload": 1}
+	items := []any{
+		good,
+		map[string]any{"queue": 5, "payload": 1}, // wrong type
+		map[string]any{"queue": "q"},             // no payload
+		map[string]any{"queue": "has space", "payload": 1},                   // bad name
+		map[string]any{"queue": strings.Repeat("a", 201), "payload": 1},      // too long
+		map[string]any{"queue": "q", "partition": "tab\there", "payload": 1}, // control character
+		map[string]any{"queue": "q", "partition": strings.Repeat("p", 201), "payload": 1},
+		map[string]any{"queue": "q", "payload": 1, "transactionId": ""}, // empty id
+		map[string]any{"queue": "q", "payload": 1, "transactionId": strings.Repeat("t", 257)},
+		map[string]any{"queue": "q", "payload": 1, "transactionId": "nul\x00inside"},  // PostgreSQL text cannot hold NUL
+		map[string]any{"queue": "q", "payload": 1, "transactionId": "\xff\xfe"},       // not UTF-8
+		map[string]any{"queue": "q", "payload": 1, "headers": map[string]any{"k": 1}}, // header not a string
+		"not a map",
+		good,
+	}
+	r.sendRequest(1, protocol.OpPush, map[string]any{"items": items})
+	resp := r.read()
+	if resp.Error != nil {
+		t.Fatalf("push failed as a whole: %v", resp.Error)
+	}
+	var reply protocol.PushReply
+	if err := protocol.Unmarshal(resp.Result, &reply); err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.Results) != len(items) {
+		t.Fatalf("%d results for %d items", len(reply.Results), len(items))
+	}
+	for i, res := range reply.Results {
+		wantStatus := protocol.StatusFailed
+		if i == 0 || i == len(items)-1 {
+			wantStatus = protocol.StatusQueued
+		}
+		if res.Index != i || res.Status != wantStatus {
+			t.Fatalf("item %d: index %d status %s (%v), want %s", i, res.Index, res.Status, res.Error, wantStatus)
+		}
+		if wantStatus == protocol.StatusFailed && (res.Error == nil || res.Error.Code != protocol.CodeInvalidArgument) {
+			t.Fatalf("item %d: error %v, want invalid_argument", i, res.Error)
+		}
+		t.Logf("item %d: %s %v", i, res.Status, res.Error)
+	}
+	checkGapless(t, storedMessages(t, ts.pool, "q", protocol.DefaultPartition), 2)
+}
+
+func TestDisconnectMidRequestLosesNothingCommitted(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	r := dialRaw(t, ts.socket)
+	var items []protocol.PushItem
+	for i := 0; i < 1000; i++ {
+		items = append(items, item(t, "q", "p", fmt.Sprintf("hangup-%d", i), i))
+	}
+	r.sendRequest(1, protocol.OpPush, protocol.PushArgs{Items: items})
+	r.nc.Close() // hang up before the answer
+	// The push was received whole: it runs to its commit all the same, and
+	// every offset it took is there.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		msgs := storedMessages(t, ts.pool, "q", "p")
+		if len(msgs) == len(items) {
+			checkGapless(t, msgs, len(items))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages stored after the client hung up", len(msgs), len(items))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stillServes(t, ts)
+}
+
+func TestDeadlineExceeded(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	ts.srv.ops["sleep"] = opSpec{fn: func(ctx context.Context, _ []byte) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}, local: true}
+	r := dialRaw(t, ts.socket)
+	body := mustMarshal(t, map[string]any{"id": 1, "op": "sleep", "timeoutMs": 50})
+	start := time.Now()
+	r.sendBody(body)
+	wantError(t, r.read(), 1, protocol.CodeDeadlineExceeded)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("deadline of 50 ms answered after %v", took)
+	}
+}

@@ -1,0 +1,205 @@
+package sidecar
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	queenside "github.com/queenside/queenside/clients/go"
+	"github.com/queenside/queenside/protocol"
+)
+
+func TestDuplicateAnswersTheOriginalAndWritesNothing(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	first := mustPush(t, c, item(t, "q", "p", "tx-1", "first"))[0]
+	if first.Status != protocol.StatusQueued || *first.Offset != 0 {
+		t.Fatalf("first push: %+v", first)
+	}
+	again := mustPush(t, c, item(t, "q", "p", "tx-1", "second"))[0]
+	if again.Status != protocol.StatusDuplicate {
+		t.Fatalf("repeat: status %s, want duplicate", again.Status)
+	}
+	if again.MessageID != first.MessageID || *again.Offset != *first.Offset {
+		t.Fatalf("duplicate names %s@%d, original is %s@%d", again.MessageID, *again.Offset, first.MessageID, *first.Offset)
+	}
+	// No row written and no offset consumed: the next message gets offset 1.
+	next := mustPush(t, c, item(t, "q", "p", "tx-2", "third"))[0]
+	if *next.Offset != 1 {
+		t.Fatalf("next message got offset %d, want 1: the duplicate consumed an offset", *next.Offset)
+	}
+	msgs := checkGapless(t, storedMessages(t, ts.pool, "q", "p"), 2)
+	if got := msgs["tx-1"].Payload; string(got) != string(item(t, "q", "p", "", "first").Payload) {
+		t.Fatalf("tx-1 holds %x: the duplicate overwrote the original", got)
+	}
+}
+
+func TestDuplicateRaceHasOneWinner(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	a, b := ts.client(t), ts.client(t)
+	for round := 0; round < 50; round++ {
+		tx := fmt.Sprintf("race-%d", round)
+		var wg sync.WaitGroup
+		results := make([]protocol.PushResult, 2)
+		start := make(chan struct{})
+		for i, c := range []*queenside.Client{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := c.Push(testContext(t), item(t, "race", "p", tx, i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[i] = res[0]
+			}()
+		}
+		close(start)
+		wg.Wait()
+		queued := 0
+		for _, r := range results {
+			if r.Status == protocol.StatusQueued {
+				queued++
+			}
+		}
+		if queued != 1 || results[0].MessageID != results[1].MessageID {
+			t.Fatalf("round %d: %d queued, messageIds %s and %s; want exactly one queued and one duplicate of it",
+				round, queued, results[0].MessageID, results[1].MessageID)
+		}
+	}
+	checkGapless(t, storedMessages(t, ts.pool, "race", "p"), 50)
+}
+
+func TestRepeatInsideOneRequestFirstWins(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	res := mustPush(t, c,
+		item(t, "q", "p", "A", 1), item(t, "q", "p", "B", 2), item(t, "q", "p", "A", 3), item(t, "q", "p", "A", 4))
+	want := []string{protocol.StatusQueued, protocol.StatusQueued, protocol.StatusDuplicate, protocol.StatusDuplicate}
+	for i, r := range res {
+		if r.Status != want[i] {
+			t.Fatalf("item %d: %s, want %s", i, r.Status, want[i])
+		}
+	}
+	for _, i := range []int{2, 3} {
+		if res[i].MessageID != res[0].MessageID || *res[i].Offset != *res[0].Offset {
+			t.Fatalf("repeat %d names %s@%d, leader is %s@%d", i, res[i].MessageID, *res[i].Offset, res[0].MessageID, *res[0].Offset)
+		}
+	}
+	msgs := checkGapless(t, storedMessages(t, ts.pool, "q", "p"), 2)
+	if string(msgs["A"].Payload) != string(item(t, "q", "p", "", 1).Payload) {
+		t.Fatal("the first occurrence of A did not win")
+	}
+}
+
+func TestSameTransactionIDInTwoPartitionsIsTwoMessages(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	res := mustPush(t, c, item(t, "q", "p1", "same", 1), item(t, "q", "p2", "same", 2))
+	for _, r := range res {
+		if r.Status != protocol.StatusQueued {
+			t.Fatalf("%s: %s, want queued", r.Partition, r.Status)
+		}
+	}
+	checkGapless(t, storedMessages(t, ts.pool, "q", "p1"), 1)
+	checkGapless(t, storedMessages(t, ts.pool, "q", "p2"), 1)
+}
+
+func TestDedupWindowZeroStoresRepeats(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	opts := protocol.DefaultQueueOptions()
+	opts.DedupWindowSeconds = 0
+	if _, err := c.Configure(testContext(t), "off", opts); err != nil {
+		t.Fatal(err)
+	}
+	mustPush(t, c, item(t, "off", "p", "same", 1))
+	res := mustPush(t, c, item(t, "off", "p", "same", 2), item(t, "off", "p", "same", 3))
+	for _, r := range res {
+		if r.Status != protocol.StatusQueued {
+			t.Fatalf("with deduplication off a repeat was %s", r.Status)
+		}
+	}
+	msgs := storedMessages(t, ts.pool, "off", "p")
+	if len(msgs) != 3 {
+		t.Fatalf("stored %d messages, want all 3 repeats", len(msgs))
+	}
+}
+
+func TestRepeatAfterTheWindowIsNew(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	opts := protocol.DefaultQueueOptions()
+	opts.DedupWindowSeconds = 1
+	if _, err := c.Configure(testContext(t), "short", opts); err != nil {
+		t.Fatal(err)
+	}
+	first := mustPush(t, c, item(t, "short", "p", "tx", 1))[0]
+	if r := mustPush(t, c, item(t, "short", "p", "tx", 2))[0]; r.Status != protocol.StatusDuplicate {
+		t.Fatalf("inside the window: %s, want duplicate", r.Status)
+	}
+	time.Sleep(time.Until(first.CommittedAt.Add(1100 * time.Millisecond)))
+	late := mustPush(t, c, item(t, "short", "p", "tx", 3))[0]
+	if late.Status != protocol.StatusQueued || *late.Offset != 1 {
+		t.Fatalf("after the window: %s at offset %v, want queued at 1", late.Status, late.Offset)
+	}
+	// The hash now names the new message: a repeat is its duplicate.
+	if r := mustPush(t, c, item(t, "short", "p", "tx", 4))[0]; r.Status != protocol.StatusDuplicate || r.MessageID != late.MessageID {
+		t.Fatalf("repeat of the new message: %s %s, want duplicate of %s", r.Status, r.MessageID, late.MessageID)
+	}
+}
+
+func TestConfigureWithoutWindowRestoresDefault(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	ctx := testContext(t)
+	opts := protocol.DefaultQueueOptions()
+	opts.DedupWindowSeconds = 0
+	if _, err := c.Configure(ctx, "q", opts); err != nil {
+		t.Fatal(err)
+	}
+	// Omit every option on the wire: each returns to its default.
+	var res protocol.ConfigureResult
+	if err := c.Call(ctx, protocol.OpConfigure, map[string]any{"queue": "q", "options": map[string]any{"retryLimit": 5}}, &res); err != nil {
+		t.Fatal(err)
+	}
+	want := protocol.DefaultQueueOptions()
+	want.RetryLimit = 5
+	if res.Options != want {
+		t.Fatalf("options now %+v, want %+v", res.Options, want)
+	}
+	mustPush(t, c, item(t, "q", "p", "tx", 1))
+	if r := mustPush(t, c, item(t, "q", "p", "tx", 2))[0]; r.Status != protocol.StatusDuplicate {
+		t.Fatalf("after configure restored the window, a repeat was %s", r.Status)
+	}
+}
+
+func TestIdentityIsTheStored128BitHash(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	opts := protocol.DefaultQueueOptions()
+	opts.DedupWindowSeconds = 0
+	if _, err := c.Configure(testContext(t), "off", opts); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"on", "off"} {
+		mustPush(t, c, item(t, q, "p", "identity-"+q, 1))
+		sum := sha256.Sum256([]byte("identity-" + q))
+		var stored [16]byte
+		var offset int64
+		err := ts.pool.QueryRow(testContext(t), `
+			SELECT d.hash, d.msg_offset FROM queenside.dedup d
+			  JOIN queenside.partitions p ON p.id = d.partition_id
+			  JOIN queenside.queues q ON q.id = p.queue_id
+			 WHERE q.name = $1`, q).Scan(&stored, &offset)
+		if err != nil {
+			t.Fatalf("queue %s: no hash row: %v", q, err)
+		}
+		if stored != [16]byte(sum[:16]) || offset != 0 {
+			t.Fatalf("queue %s: stored hash %x at %d, want %x at 0", q, stored, offset, sum[:16])
+		}
+	}
+}
