@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// These tests run the real binary as a person or a script would.
+
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "queenside")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func shortDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "qsdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755) //nolint:errcheck // the postgres user must reach it when run as root
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// startDev runs `queenside dev` in dir and waits until its socket answers health.
+func startDev(t *testing.T, bin, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "dev", "--log-level", "warn")
+	cmd.Dir = dir
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Interrupt, as Ctrl-C would, so that dev stops its PostgreSQL too.
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(os.Interrupt)                                       //nolint:errcheck
+			timer := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() }) //nolint:errcheck
+			cmd.Wait()                                                             //nolint:errcheck
+			timer.Stop()
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := runCLI(t, bin, dir, "", "health")
+		if err == nil {
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev never became healthy: %v %s\n%s", err, out, log.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func runCLI(t *testing.T, bin, dir, stdin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "QUEENSIDE_SOCKET=")
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestDevPushStatsHealthAndRestart(t *testing.T) {
+	bin := buildCLI(t)
+	dir := shortDir(t)
+	dev := startDev(t, bin, dir)
+
+	out, err := runCLI(t, bin, dir, "", "push", "--queue", "hello", "--payload", `{"hi": 1}`, "--transaction-id", "first")
+	if err != nil || !strings.Contains(out, "queued") {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, bin, dir, "a\nb\nc\n", "push", "-q", "hello", "--encoding", "string", "--json")
+	if err != nil {
+		t.Fatalf("push from stdin: %v\n%s", err, out)
+	}
+	var reply struct {
+		Results []struct {
+			Status string `json:"status"`
+			Offset int64  `json:"offset"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &reply); err != nil || len(reply.Results) != 3 || reply.Results[2].Offset != 3 {
+		t.Fatalf("push --json: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, bin, dir, "", "push", "-q", "hello", "--payload", "not json"); err == nil {
+		t.Fatalf("a payload that is not JSON was accepted:\n%s", out)
+	}
+	if out, err := runCLI(t, bin, dir, "", "push", "-q", "bad queue", "--payload", "1"); err == nil {
+		t.Fatalf("a failed item exited 0:\n%s", out)
+	}
+
+	out, err = runCLI(t, bin, dir, "", "stats", "--queue", "hello", "--json")
+	var stats struct {
+		Partitions []struct {
+			HeadOffset int64 `json:"headOffset"`
+		} `json:"partitions"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &stats) != nil || len(stats.Partitions) != 1 || stats.Partitions[0].HeadOffset != 4 {
+		t.Fatalf("stats: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, bin, dir, "", "stats", "--queue", "nope"); err == nil {
+		t.Fatalf("stats of a missing queue exited 0:\n%s", out)
+	}
+
+	// Ctrl-C stops the sidecar and PostgreSQL cleanly...
+	dev.Process.Signal(os.Interrupt) //nolint:errcheck
+	done := make(chan error, 1)
+	go func() { done <- dev.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("dev exited with %v after Ctrl-C", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("dev did not stop after Ctrl-C")
+	}
+	if out, err := runCLI(t, bin, dir, "", "health"); err == nil {
+		t.Fatalf("health still answers after dev stopped:\n%s", out)
+	}
+	// ...and a second run reuses the data directory.
+	startDev(t, bin, dir)
+	out, err = runCLI(t, bin, dir, "", "push", "--queue", "hello", "--payload", `{"hi": 1}`, "--transaction-id", "first")
+	if err != nil || !strings.Contains(out, "duplicate") {
+		t.Fatalf("after restart the first message should still be there:\n%s", out)
+	}
+}
