@@ -36,8 +36,12 @@ CREATE TABLE queenside.partitions (
 -- Messages base_offset..last_offset of one partition, committed together.
 -- Keyed by the last offset so that "the segments holding offset X onwards" is
 -- one index range scan: last_offset >= X.
+--
+-- segments and dedup carry no foreign keys: each would cost a lookup of the
+-- partition row per inserted row, on the hottest path there is. Only push()
+-- writes them, and it holds the partition row lock while it does.
 CREATE TABLE queenside.segments (
-    partition_id    bigint      NOT NULL REFERENCES queenside.partitions (id) ON DELETE CASCADE,
+    partition_id    bigint      NOT NULL,
     last_offset     bigint      NOT NULL,
     base_offset     bigint      NOT NULL,
     committed_at    timestamptz NOT NULL,
@@ -52,7 +56,7 @@ CREATE TABLE queenside.segments (
 -- The identity of every stored message: the 128-bit hash of its transaction
 -- id, written whether deduplication is on or off.
 CREATE TABLE queenside.dedup (
-    partition_id bigint      NOT NULL REFERENCES queenside.partitions (id) ON DELETE CASCADE,
+    partition_id bigint      NOT NULL,
     hash         uuid        NOT NULL,
     msg_offset   bigint      NOT NULL,
     message_id   uuid        NOT NULL,
