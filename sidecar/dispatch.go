@@ -29,11 +29,14 @@ func (s *Server) operations() map[string]opSpec {
 		protocol.OpConfigure: {fn: s.opConfigure},
 		protocol.OpQueues:    {fn: s.opQueues},
 		protocol.OpStats:     {fn: s.opStats},
+		protocol.OpPop:       {fn: s.opPop, waits: true},
+		protocol.OpAck:       {fn: s.opAck},
+		protocol.OpRenew:     {fn: s.opRenew},
+		protocol.OpRelease:   {fn: s.opRelease},
 	}
 	// Operations of the contract that this build does not serve yet answer
 	// unsupported rather than unknown_op: the name is right, the feature is missing.
-	for _, name := range []string{protocol.OpPop, protocol.OpAck, protocol.OpRenew, protocol.OpRelease,
-		protocol.OpTransaction, protocol.OpGroups, protocol.OpSeek, protocol.OpDeleteGroup,
+	for _, name := range []string{protocol.OpTransaction, protocol.OpGroups, protocol.OpSeek, protocol.OpDeleteGroup,
 		protocol.OpDLQ, protocol.OpDLQReplay} {
 		if _, ok := ops[name]; !ok {
 			ops[name] = opSpec{fn: unsupported(name), local: true}

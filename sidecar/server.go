@@ -46,6 +46,8 @@ type Server struct {
 	cancel   context.CancelFunc
 	ready    atomic.Bool // the schema is migrated and the store may be used
 	draining atomic.Bool
+	drained  chan struct{} // closed when draining begins: ends long-polls
+	wakes    *wakeHub
 	active   atomic.Int64 // requests being served, across connections
 
 	mu        sync.Mutex
@@ -75,8 +77,11 @@ func New(st *store.Store, opts Options) *Server {
 		cancel:    cancel,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
+		drained:   make(chan struct{}),
+		wakes:     newWakeHub(),
 	}
 	s.ops = s.operations()
+	go st.Listen(ctx, s.wakes.wake, s.wakes.wakeAll)
 	return s
 }
 
@@ -137,7 +142,7 @@ func (s *Server) forgetListener(ln net.Listener) {
 // error and the caller should Close.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.draining.Store(true)
+	s.startDraining()
 	for ln := range s.listeners {
 		ln.Close()
 	}
@@ -164,7 +169,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close stops everything at once: listeners, connections, and the requests
 // they were serving.
 func (s *Server) Close() error {
-	s.draining.Store(true)
+	s.mu.Lock()
+	s.startDraining()
+	s.mu.Unlock()
 	s.cancel()
 	s.mu.Lock()
 	for ln := range s.listeners {
@@ -173,6 +180,13 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.closeConns()
 	return nil
+}
+
+// startDraining refuses new work and ends long-polls; s.mu is held.
+func (s *Server) startDraining() {
+	if !s.draining.Swap(true) {
+		close(s.drained)
+	}
 }
 
 func (s *Server) closeConns() {

@@ -83,10 +83,11 @@ DECLARE
     v_next   bigint;
     v_last   timestamptz;
     v_window integer;
+    v_queue  text;
     v_at     timestamptz;
 BEGIN
-    SELECT p.next_offset, p.last_committed_at, q.dedup_window_seconds
-      INTO v_next, v_last, v_window
+    SELECT p.next_offset, p.last_committed_at, q.dedup_window_seconds, q.name
+      INTO v_next, v_last, v_window, v_queue
       FROM queenside.partitions p
       JOIN queenside.queues q ON q.id = p.queue_id
      WHERE p.id = p_partition
@@ -160,29 +161,408 @@ BEGIN
       LEFT JOIN fresh f ON f.idx = j.idx
       LEFT JOIN fresh l ON l.idx = j.leader
      ORDER BY j.idx;
+
+    -- Wake the pops waiting on this queue, on every sidecar. Delivered at
+    -- commit; identical notifications of one transaction fold into one.
+    PERFORM queenside.wake(v_queue);
 END;
 $$;
 
+-- Consumer groups, cursors, leases, dead letters.
+--
+-- Consumption never touches the messages: a group's position in a partition
+-- is one cursor row, and acknowledging is moving it (an offset commit). The
+-- cursor row also holds the group's one live lease on the partition, so the
+-- one-lease rule is a row lock and a condition, never sidecar memory.
+
+CREATE TABLE queenside.groups (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue_id          bigint      NOT NULL REFERENCES queenside.queues (id) ON DELETE CASCADE,
+    name              text        NOT NULL,  -- '' is the queue's shared group (queue mode)
+    subscription_mode text        NOT NULL,  -- all | new | from
+    start_at          timestamptz,           -- first commit time delivered; NULL: the oldest retained message
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (queue_id, name)
+);
+
+-- One row per (group, partition), created with the later of the two. The
+-- lease columns are the group's single lease on the partition; an expired
+-- lease is simply ignored and overwritten by the next pop.
+CREATE TABLE queenside.cursors (
+    group_id         bigint      NOT NULL REFERENCES queenside.groups (id) ON DELETE CASCADE,
+    partition_id     bigint      NOT NULL,
+    committed        bigint,     -- next offset to consume; NULL until the group first pops here
+    lease_id         uuid,
+    lease_from       bigint,
+    lease_to         bigint,
+    lease_expires_at timestamptz,
+    lease_done       bigint[],   -- offsets completed past a gap, remembered while the lease lives
+    -- Last offset of every lease that reached at or past the cursor: a
+    -- message was delivered before iff some entry is >= its offset, and
+    -- the head's delivery count is the number of entries.
+    delivered_to     bigint[]    NOT NULL DEFAULT '{}',
+    -- Explicit failures of messages at or past the cursor (the retry budget).
+    fail_offsets     bigint[]    NOT NULL DEFAULT '{}',
+    fail_counts      integer[]   NOT NULL DEFAULT '{}',
+    PRIMARY KEY (group_id, partition_id)
+) WITH (fillfactor = 70);
+
+CREATE INDEX cursors_partition ON queenside.cursors (partition_id);
+
+-- Finds the first message committed at or after a time (subscriptions, seeks).
+CREATE INDEX segments_committed_at ON queenside.segments (partition_id, committed_at);
+
+-- Messages whose retry budget ran out. Names are copied so an entry outlives
+-- the retention of its message, its group and its queue.
+CREATE TABLE queenside.dead_letters (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue_id       bigint      NOT NULL,
+    partition_id   bigint      NOT NULL,
+    group_id       bigint      NOT NULL,
+    queue_name     text        NOT NULL,
+    partition_name text        NOT NULL,
+    group_name     text        NOT NULL,
+    msg_offset     bigint      NOT NULL,
+    message_id     uuid        NOT NULL,
+    transaction_id text        NOT NULL,
+    payload        bytea       NOT NULL,
+    trace_id       text,
+    headers        bytea,
+    error          text,
+    failures       integer     NOT NULL,
+    committed_at   timestamptz NOT NULL,
+    dead_at        timestamptz NOT NULL DEFAULT now(),
+    replayed_at    timestamptz,
+    replay_message_id     uuid,
+    replay_transaction_id text,
+    replay_offset         bigint
+);
+
+CREATE INDEX dead_letters_queue ON queenside.dead_letters (queue_name, id);
+
+-- Wakes waiting pops on every sidecar: the payload is the queue name.
+-- push() and the functions that make messages deliverable again call it.
+CREATE FUNCTION queenside.wake(p_queue text) RETURNS void
+LANGUAGE sql AS $$ SELECT pg_notify('queenside_wake', p_queue) $$;
+
 -- ensure_partition returns the id of a partition, creating it and its queue
--- (with default options) on first use. Each statement sees rows committed by
--- concurrent callers, so racing first pushes agree on one id.
+-- (with default options) on first use, with the cursor row of every group of
+-- the queue. Creating a partition and creating a group both lock the queue
+-- row, so neither can miss the other's rows, and racing first pushes agree
+-- on one id.
 CREATE FUNCTION queenside.ensure_partition(p_queue text, p_partition text) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_id bigint;
+    v_queue bigint;
+    v_id    bigint;
 BEGIN
+    SELECT p.id INTO v_id
+      FROM queenside.partitions p
+      JOIN queenside.queues q ON q.id = p.queue_id
+     WHERE q.name = p_queue AND p.name = p_partition;
+    IF FOUND THEN
+        RETURN v_id;
+    END IF;
+    INSERT INTO queenside.queues (name) VALUES (p_queue) ON CONFLICT (name) DO NOTHING;
+    SELECT q.id INTO v_queue FROM queenside.queues q WHERE q.name = p_queue FOR UPDATE;
+    INSERT INTO queenside.partitions (queue_id, name) VALUES (v_queue, p_partition)
+    ON CONFLICT (queue_id, name) DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN -- created meanwhile by someone who held the lock before us
+        SELECT p.id INTO v_id FROM queenside.partitions p WHERE p.queue_id = v_queue AND p.name = p_partition;
+        RETURN v_id;
+    END IF;
+    INSERT INTO queenside.cursors (group_id, partition_id)
+    SELECT g.id, v_id FROM queenside.groups g WHERE g.queue_id = v_queue;
+    RETURN v_id;
+END;
+$$;
+
+-- ensure_group returns a group's id, creating the queue and the group on
+-- first use. The subscription is recorded only then: later pops' modes are
+-- ignored. 'new' starts at this moment, 'from' at the given time.
+CREATE FUNCTION queenside.ensure_group(p_queue text, p_group text, p_mode text, p_from timestamptz,
+                                       OUT o_group bigint, OUT o_queue bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT g.id, g.queue_id INTO o_group, o_queue
+      FROM queenside.groups g
+      JOIN queenside.queues q ON q.id = g.queue_id
+     WHERE q.name = p_queue AND g.name = p_group;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO queenside.queues (name) VALUES (p_queue) ON CONFLICT (name) DO NOTHING;
+    SELECT q.id INTO o_queue FROM queenside.queues q WHERE q.name = p_queue FOR UPDATE;
+    INSERT INTO queenside.groups (queue_id, name, subscription_mode, start_at)
+    VALUES (o_queue, p_group, p_mode,
+            CASE p_mode WHEN 'new' THEN clock_timestamp() WHEN 'from' THEN p_from END)
+    ON CONFLICT (queue_id, name) DO NOTHING
+    RETURNING id INTO o_group;
+    IF o_group IS NULL THEN -- created meanwhile by someone who held the lock before us
+        SELECT g.id INTO o_group FROM queenside.groups g WHERE g.queue_id = o_queue AND g.name = p_group;
+        RETURN;
+    END IF;
+    INSERT INTO queenside.cursors (group_id, partition_id)
+    SELECT o_group, p.id FROM queenside.partitions p WHERE p.queue_id = o_queue;
+END;
+$$;
+
+-- first_offset_at is the offset of the first retained message committed at
+-- or after p_at (any, when NULL), or the next offset when there is none.
+CREATE FUNCTION queenside.first_offset_at(p_partition bigint, p_at timestamptz) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        (SELECT s.base_offset FROM queenside.segments s
+          WHERE s.partition_id = p_partition AND (p_at IS NULL OR s.committed_at >= p_at)
+          ORDER BY s.committed_at, s.last_offset LIMIT 1),
+        (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_partition))
+$$;
+
+-- pop delivers up to p_batch messages from up to p_max_partitions partitions
+-- of a group, each from the group's cursor, the partition whose next message
+-- has waited longest first. A partition with a live lease of the group is
+-- skipped; the row lock (SKIP LOCKED) and the recheck of the lease condition
+-- under it are what keep two pops from ever leasing one partition. With
+-- p_auto_ack the cursor moves past what is read, in this same transaction,
+-- and no lease is made.
+CREATE FUNCTION queenside.pop(p_group bigint, p_partition bigint, p_max_partitions integer,
+                              p_batch integer, p_lease_seconds integer, p_auto_ack boolean)
+RETURNS TABLE (partition_id bigint, partition_name text, lease_id uuid, lease_from bigint, lease_to bigint,
+               lease_expires_at timestamptz, head_attempts integer, msg_offset bigint, message_id uuid,
+               transaction_id text, payload bytea, committed_at timestamptz, trace_id text, headers bytea,
+               redelivered boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_start_at  timestamptz;
+    v_delay     interval;
+    v_lease_len interval;
+    v_now       timestamptz := now();
+    v_left      integer := p_batch;
+    c           record;
+    v_last      bigint;
+    v_lease     uuid;
+    v_expires   timestamptz;
+    v_seen      bigint;
+    v_delivered bigint[];
+    v_attempts  integer;
+BEGIN
+    SELECT g.start_at, make_interval(secs => q.delay_seconds),
+           make_interval(secs => coalesce(p_lease_seconds, q.lease_seconds))
+      INTO v_start_at, v_delay, v_lease_len
+      FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
+     WHERE g.id = p_group;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queenside: group % does not exist', p_group USING ERRCODE = 'no_data_found';
+    END IF;
+
+    FOR c IN
+        SELECT cu.partition_id AS pid, p.name AS pname, cu.delivered_to, cu.fail_offsets, cu.fail_counts,
+               greatest(pos.cur, head.base_offset) AS cur
+          FROM queenside.cursors cu
+          JOIN queenside.partitions p ON p.id = cu.partition_id
+          CROSS JOIN LATERAL (
+              SELECT coalesce(cu.committed, queenside.first_offset_at(cu.partition_id, v_start_at)) AS cur) pos
+          CROSS JOIN LATERAL (
+              SELECT s.base_offset, s.committed_at FROM queenside.segments s
+               WHERE s.partition_id = cu.partition_id AND s.last_offset >= pos.cur
+               ORDER BY s.last_offset LIMIT 1) head
+         WHERE cu.group_id = p_group
+           AND (p_partition IS NULL OR cu.partition_id = p_partition)
+           AND (cu.lease_id IS NULL OR cu.lease_expires_at <= v_now)
+           AND p.next_offset > coalesce(cu.committed, -1)
+           AND head.committed_at <= v_now - v_delay
+         ORDER BY head.committed_at, cu.partition_id
+         LIMIT p_max_partitions
+           FOR UPDATE OF cu SKIP LOCKED
     LOOP
-        SELECT p.id INTO v_id
-          FROM queenside.partitions p
-          JOIN queenside.queues q ON q.id = p.queue_id
-         WHERE q.name = p_queue AND p.name = p_partition;
-        IF FOUND THEN
-            RETURN v_id;
+        EXIT WHEN v_left <= 0;
+        -- Deliverable messages are a contiguous run from the cursor: offsets
+        -- are gapless and commit times grow with them.
+        SELECT s.last_offset INTO v_last FROM queenside.segments s
+         WHERE s.partition_id = c.pid AND s.committed_at <= v_now - v_delay
+         ORDER BY s.last_offset DESC LIMIT 1;
+        v_last := least(v_last, c.cur + v_left - 1);
+        CONTINUE WHEN v_last IS NULL OR v_last < c.cur;
+        v_left := v_left - (v_last - c.cur + 1)::integer;
+
+        SELECT max(x) INTO v_seen FROM unnest(c.delivered_to) x;
+        v_delivered := ARRAY(SELECT x FROM unnest(c.delivered_to) x WHERE x >= c.cur ORDER BY x);
+        IF p_auto_ack THEN
+            v_lease := NULL; v_expires := NULL; v_attempts := NULL;
+            UPDATE queenside.cursors cu
+               SET committed = v_last + 1, lease_id = NULL, lease_done = NULL,
+                   delivered_to = ARRAY(SELECT x FROM unnest(v_delivered) x WHERE x > v_last),
+                   fail_offsets = ARRAY(SELECT o FROM unnest(c.fail_offsets, c.fail_counts) f(o, n) WHERE o > v_last ORDER BY o),
+                   fail_counts = ARRAY(SELECT n FROM unnest(c.fail_offsets, c.fail_counts) f(o, n) WHERE o > v_last ORDER BY o)
+             WHERE cu.group_id = p_group AND cu.partition_id = c.pid;
+        ELSE
+            v_lease := gen_random_uuid();
+            v_expires := v_now + v_lease_len;
+            -- Keep the newest thousand leases: a crash-looping consumer must
+            -- not grow the row without bound (the count then saturates).
+            v_delivered := (v_delivered || v_last)[greatest(1, cardinality(v_delivered) - 998):];
+            v_attempts := cardinality(v_delivered);
+            UPDATE queenside.cursors cu
+               SET committed = c.cur, lease_id = v_lease, lease_from = c.cur, lease_to = v_last,
+                   lease_expires_at = v_expires, lease_done = '{}', delivered_to = v_delivered
+             WHERE cu.group_id = p_group AND cu.partition_id = c.pid;
         END IF;
-        INSERT INTO queenside.queues (name) VALUES (p_queue) ON CONFLICT (name) DO NOTHING;
-        INSERT INTO queenside.partitions (queue_id, name)
-             SELECT q.id, p_partition FROM queenside.queues q WHERE q.name = p_queue
-        ON CONFLICT (queue_id, name) DO NOTHING;
+
+        RETURN QUERY
+        SELECT c.pid, c.pname, v_lease, c.cur, v_last, v_expires, v_attempts,
+               s.base_offset + u.ord - 1, u.mid, u.txid, u.payload, s.committed_at, u.trace, u.hdr,
+               s.base_offset + u.ord - 1 <= coalesce(v_seen, -1)
+          FROM queenside.segments s
+         CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads, s.trace_ids, s.headers)
+               WITH ORDINALITY AS u (mid, txid, payload, trace, hdr, ord)
+         WHERE s.partition_id = c.pid AND s.last_offset >= c.cur AND s.base_offset <= v_last
+           AND s.base_offset + u.ord - 1 BETWEEN c.cur AND v_last
+         ORDER BY 8;
     END LOOP;
+END;
+$$;
+
+-- ack applies one ack call's items for one lease, in one cursor update.
+-- Items name messages by offset, or by transaction id hash (resolved through
+-- dedup while the hash is retained). Completed messages move the cursor over
+-- the contiguous completed prefix; completions past a gap are remembered in
+-- the lease. A failure clamps the cursor at the lowest failed offset of the
+-- call and releases the lease; completed items above it come back rewound.
+-- Each explicit failure is charged to its message's budget, and the
+-- (retry_limit+1)th failure of the head message dead-letters it.
+CREATE FUNCTION queenside.ack(p_group bigint, p_partition bigint, p_lease uuid,
+                              p_offsets bigint[], p_hashes uuid[], p_failed boolean[], p_errors text[])
+RETURNS TABLE (idx integer, success boolean, code text, dead_lettered boolean, released boolean, cursor_offset bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    n         integer := cardinality(p_failed);
+    c         queenside.cursors%ROWTYPE;
+    v_queue   text;
+    v_retry   integer;
+    v_keep    interval;
+    v_off     bigint[] := p_offsets;
+    v_code    text[] := array_fill(NULL::text, ARRAY[n]);
+    v_dead    boolean[] := array_fill(false, ARRAY[n]);
+    v_fail    bigint;
+    v_done    bigint[];
+    v_cursor  bigint;
+    v_release boolean := false;
+    v_fo      bigint[];
+    v_fc      integer[];
+    v_count   integer;
+    v_found   bigint;
+    i         integer;
+BEGIN
+    SELECT * INTO c FROM queenside.cursors cu
+     WHERE cu.group_id = p_group AND cu.partition_id = p_partition FOR UPDATE;
+    IF NOT FOUND OR c.lease_id IS DISTINCT FROM p_lease OR c.lease_expires_at <= now() THEN
+        RETURN QUERY SELECT g.i, false, 'lease_expired', false, false, c.committed FROM generate_series(1, n) g (i);
+        RETURN;
+    END IF;
+    SELECT q.name, q.retry_limit,
+           make_interval(secs => greatest(q.dedup_window_seconds, q.completed_retention_seconds, 900))
+      INTO v_queue, v_retry, v_keep
+      FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
+     WHERE p.id = p_partition;
+
+    FOR i IN 1 .. n LOOP
+        IF v_off[i] IS NULL THEN
+            v_found := NULL;
+            SELECT d.msg_offset INTO v_found FROM queenside.dedup d
+             WHERE d.partition_id = p_partition AND d.hash = p_hashes[i] AND d.committed_at > now() - v_keep;
+            IF v_found IS NULL THEN
+                v_code[i] := 'unresolvable';
+                CONTINUE;
+            END IF;
+            v_off[i] := v_found;
+        END IF;
+        IF v_off[i] < c.lease_from OR v_off[i] > c.lease_to THEN
+            v_code[i] := 'not_in_lease';
+        ELSIF p_failed[i] AND (v_fail IS NULL OR v_off[i] < v_fail) THEN
+            v_fail := v_off[i];
+        END IF;
+    END LOOP;
+
+    -- Completed items at or above the lowest failure are rewound.
+    v_done := coalesce(c.lease_done, '{}');
+    FOR i IN 1 .. n LOOP
+        CONTINUE WHEN v_code[i] IS NOT NULL OR p_failed[i];
+        IF v_fail IS NOT NULL AND v_off[i] >= v_fail THEN
+            v_code[i] := 'rewound';
+        ELSE
+            v_done := v_done || v_off[i];
+        END IF;
+    END LOOP;
+
+    -- The cursor moves over the completed run that starts at it: among the
+    -- distinct completed offsets from the cursor up, in order, the k-th is
+    -- cursor+k-1 exactly as long as the run has no gap.
+    SELECT c.committed + count(*) INTO v_cursor
+      FROM (SELECT x, row_number() OVER (ORDER BY x) AS rn
+              FROM (SELECT DISTINCT x FROM unnest(v_done) x WHERE x >= c.committed) d) r
+     WHERE r.x = c.committed + r.rn - 1;
+
+    v_fo := c.fail_offsets;
+    v_fc := c.fail_counts;
+    IF v_fail IS NOT NULL THEN
+        v_release := true;
+        -- Charge every explicit failure of the call to its message.
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN v_code[i] IS NOT NULL OR NOT p_failed[i];
+            IF v_off[i] = ANY (v_fo) THEN
+                v_fc[array_position(v_fo, v_off[i])] := v_fc[array_position(v_fo, v_off[i])] + 1;
+            ELSE
+                v_fo := v_fo || v_off[i];
+                v_fc := v_fc || 1;
+            END IF;
+        END LOOP;
+        v_count := v_fc[array_position(v_fo, v_fail)];
+        IF v_fail = v_cursor AND v_count >= v_retry + 1 THEN
+            INSERT INTO queenside.dead_letters (queue_id, partition_id, group_id, queue_name, partition_name, group_name,
+                                                msg_offset, message_id, transaction_id, payload, trace_id, headers,
+                                                error, failures, committed_at)
+            SELECT q.id, p.id, g.id, q.name, p.name, g.name, v_fail,
+                   s.message_ids[v_fail - s.base_offset + 1], s.transaction_ids[v_fail - s.base_offset + 1],
+                   s.payloads[v_fail - s.base_offset + 1], s.trace_ids[v_fail - s.base_offset + 1],
+                   s.headers[v_fail - s.base_offset + 1],
+                   (SELECT p_errors[j] FROM generate_series(1, n) j
+                     WHERE p_failed[j] AND v_code[j] IS NULL AND v_off[j] = v_fail LIMIT 1),
+                   v_count, s.committed_at
+              FROM queenside.segments s
+              JOIN queenside.partitions p ON p.id = s.partition_id
+              JOIN queenside.queues q ON q.id = p.queue_id
+              JOIN queenside.groups g ON g.id = p_group
+             WHERE s.partition_id = p_partition AND s.last_offset >= v_fail
+             ORDER BY s.last_offset LIMIT 1;
+            FOR i IN 1 .. n LOOP
+                IF v_code[i] IS NULL AND p_failed[i] AND v_off[i] = v_fail THEN
+                    v_dead[i] := true;
+                END IF;
+            END LOOP;
+            v_cursor := v_fail + 1;
+        END IF;
+    ELSIF v_cursor > c.lease_to THEN
+        v_release := true;
+    END IF;
+
+    UPDATE queenside.cursors cu
+       SET committed = v_cursor,
+           lease_id = CASE WHEN v_release THEN NULL ELSE c.lease_id END,
+           lease_done = CASE WHEN v_release THEN NULL
+                             ELSE ARRAY(SELECT DISTINCT x FROM unnest(v_done) x WHERE x > v_cursor ORDER BY x) END,
+           delivered_to = ARRAY(SELECT x FROM unnest(c.delivered_to) x WHERE x >= v_cursor ORDER BY x),
+           fail_offsets = ARRAY(SELECT o FROM unnest(v_fo, v_fc) f (o, k) WHERE o >= v_cursor ORDER BY o),
+           fail_counts = ARRAY(SELECT k FROM unnest(v_fo, v_fc) f (o, k) WHERE o >= v_cursor ORDER BY o)
+     WHERE cu.group_id = p_group AND cu.partition_id = p_partition;
+
+    -- A rewind makes messages deliverable again at once: wake waiting pops.
+    IF v_fail IS NOT NULL THEN
+        PERFORM queenside.wake(v_queue);
+    END IF;
+
+    RETURN QUERY
+    SELECT g.i, v_code[g.i] IS NULL, v_code[g.i], v_dead[g.i], v_release, v_cursor
+      FROM generate_series(1, n) g (i);
 END;
 $$;

@@ -88,12 +88,49 @@ func (s *Store) Stats(ctx context.Context, queue string) (protocol.StatsResult, 
 		return res, fmt.Errorf("stats %s: %w", queue, err)
 	}
 	defer rows.Close()
+	byName := map[string]int{}
 	for rows.Next() {
 		ps := protocol.PartitionStats{Groups: []protocol.GroupStats{}}
 		if err := rows.Scan(&ps.Partition, &ps.HeadOffset, &ps.Messages); err != nil {
 			return res, fmt.Errorf("stats %s: %w", queue, err)
 		}
+		byName[ps.Partition] = len(res.Partitions)
 		res.Partitions = append(res.Partitions, ps)
 	}
-	return res, rows.Err()
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("stats %s: %w", queue, err)
+	}
+	return res, s.addGroupStats(ctx, queueID, &res, byName)
+}
+
+// addGroupStats adds each group's cursor, lag and lease to the partitions.
+// A cursor the group has not used yet stands where its subscription starts.
+func (s *Store) addGroupStats(ctx context.Context, queueID int64, res *protocol.StatsResult, byName map[string]int) error {
+	rows, err := s.pool.Query(ctx, `
+		SELECT p.name, g.name,
+		       coalesce(c.committed, queenside.first_offset_at(c.partition_id, g.start_at)) AS cur,
+		       p.next_offset,
+		       c.lease_id IS NOT NULL AND c.lease_expires_at > now()
+		  FROM queenside.cursors c
+		  JOIN queenside.groups g ON g.id = c.group_id
+		  JOIN queenside.partitions p ON p.id = c.partition_id
+		 WHERE g.queue_id = $1
+		 ORDER BY p.name, g.name`, queueID)
+	if err != nil {
+		return fmt.Errorf("stats %s: groups: %w", res.Queue, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var partition string
+		var gs protocol.GroupStats
+		var head int64
+		if err := rows.Scan(&partition, &gs.Group, &gs.Cursor, &head, &gs.Leased); err != nil {
+			return fmt.Errorf("stats %s: groups: %w", res.Queue, err)
+		}
+		gs.Lag = max(head-gs.Cursor, 0)
+		if i, ok := byName[partition]; ok {
+			res.Partitions[i].Groups = append(res.Partitions[i].Groups, gs)
+		}
+	}
+	return rows.Err()
 }

@@ -16,9 +16,10 @@ import (
 
 // Store is a pool of connections to the shared database.
 type Store struct {
-	pool  *pgxpool.Pool
-	log   hclog.Logger
-	parts partitionCache
+	pool   *pgxpool.Pool
+	log    hclog.Logger
+	parts  partitionCache
+	groups groupCache
 }
 
 // Open connects to the database at url. It does not migrate; call Migrate.

@@ -1,0 +1,61 @@
+package queenside
+
+import (
+	"context"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// Re-exported shapes of consumption.
+type (
+	PopArgs       = protocol.PopArgs
+	PopResult     = protocol.PopResult
+	Message       = protocol.Message
+	Lease         = protocol.Lease
+	AckItem       = protocol.AckItem
+	AckResult     = protocol.AckResult
+	AckItemResult = protocol.AckItemResult
+	LeaseResult   = protocol.LeaseResult
+)
+
+// Pop asks for messages. Without AutoAck each leased partition comes with a
+// lease that must be acked, renewed or released before it expires.
+func (c *Client) Pop(ctx context.Context, args PopArgs) (PopResult, error) {
+	var res PopResult
+	err := c.Call(ctx, protocol.OpPop, args, &res)
+	return res, err
+}
+
+// Ack reports messages completed or failed. Check each result's Success.
+func (c *Client) Ack(ctx context.Context, items ...AckItem) (AckResult, error) {
+	var res AckResult
+	err := c.Call(ctx, protocol.OpAck, protocol.AckArgs{Items: items}, &res)
+	return res, err
+}
+
+// Completed is an ack item for a message processed successfully.
+func Completed(m Message) AckItem {
+	off := m.Offset
+	return AckItem{LeaseID: m.LeaseID, Offset: &off, Status: protocol.AckCompleted}
+}
+
+// Failed is an ack item for a message whose processing failed; it is
+// delivered again, and its retry budget is charged.
+func Failed(m Message, reason string) AckItem {
+	off := m.Offset
+	return AckItem{LeaseID: m.LeaseID, Offset: &off, Status: protocol.AckFailed, Error: reason}
+}
+
+// Renew extends live leases by seconds from now (0: the queue's lease time).
+func (c *Client) Renew(ctx context.Context, seconds int, leaseIDs ...string) ([]LeaseResult, error) {
+	var res protocol.LeaseResults
+	err := c.Call(ctx, protocol.OpRenew, protocol.LeaseIDsArgs{LeaseIDs: leaseIDs, Seconds: seconds}, &res)
+	return res.Results, err
+}
+
+// Release gives leases back without charging any retry budget.
+func (c *Client) Release(ctx context.Context, leaseIDs ...string) ([]LeaseResult, error) {
+	var res protocol.LeaseResults
+	err := c.Call(ctx, protocol.OpRelease, protocol.LeaseIDsArgs{LeaseIDs: leaseIDs}, &res)
+	return res.Results, err
+}

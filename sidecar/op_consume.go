@@ -1,0 +1,108 @@
+package sidecar
+
+import (
+	"context"
+	"time"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
+)
+
+// recheckInterval is how often a waiting pop looks at the database without
+// being woken: leases expire and delays elapse without any notification.
+const recheckInterval = time.Second
+
+func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
+	a, err := protocol.DecodePopArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	req := store.PopRequest{
+		Queue: a.Queue, Partition: a.Partition, Group: a.Group, Batch: a.Batch, Partitions: a.Partitions,
+		LeaseSeconds: a.LeaseSeconds, AutoAck: a.AutoAck, Mode: a.SubscriptionMode, From: a.SubscriptionFrom,
+	}
+	until := waitUntil(ctx, time.Duration(a.WaitMs)*time.Millisecond)
+	for {
+		woken := s.wakes.watch(a.Queue)
+		res, err := s.store.Pop(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Messages) > 0 {
+			if ctx.Err() != nil {
+				// The client left while its leases were being granted: give
+				// them back now rather than after they expire.
+				s.releaseQuietly(res.Leases)
+				return nil, ctx.Err()
+			}
+			return res, nil
+		}
+		wait := time.Until(until)
+		if wait <= 0 {
+			return res, nil
+		}
+		timer := time.NewTimer(min(wait, recheckInterval))
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-s.drained:
+			timer.Stop()
+			return res, nil
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+		timer.Stop()
+	}
+}
+
+// waitUntil is when a long-poll answers empty: after wait, but before the
+// request's own deadline so the answer is an empty result, not an error.
+func waitUntil(ctx context.Context, wait time.Duration) time.Time {
+	until := time.Now().Add(wait)
+	if dl, ok := ctx.Deadline(); ok {
+		margin := min(time.Until(dl)/10, 100*time.Millisecond)
+		if end := dl.Add(-margin); end.Before(until) {
+			until = end
+		}
+	}
+	return until
+}
+
+func (s *Server) releaseQuietly(leases []protocol.Lease) {
+	ids := make([]string, len(leases))
+	for i, l := range leases {
+		ids[i] = l.LeaseID
+	}
+	ctx, cancel := context.WithTimeout(s.baseCtx, 5*time.Second)
+	defer cancel()
+	if _, err := s.store.Release(ctx, ids); err != nil {
+		s.log.Warn("could not release the leases of a departed client; they will expire", "error", err)
+	}
+}
+
+func (s *Server) opAck(ctx context.Context, raw []byte) (any, error) {
+	a, err := protocol.DecodeAckArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.Ack(ctx, a.Items)
+}
+
+func (s *Server) opRenew(ctx context.Context, raw []byte) (any, error) {
+	a, err := protocol.DecodeLeaseIDsArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.store.Renew(ctx, a.LeaseIDs, a.Seconds)
+	return protocol.LeaseResults{Results: res}, err
+}
+
+func (s *Server) opRelease(ctx context.Context, raw []byte) (any, error) {
+	a, err := protocol.DecodeLeaseIDsArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.store.Release(ctx, a.LeaseIDs)
+	return protocol.LeaseResults{Results: res}, err
+}

@@ -1,0 +1,83 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// Renew extends live leases to seconds from now (the queue's lease time when
+// 0); an expiry never moves earlier.
+func (s *Store) Renew(ctx context.Context, leaseIDs []string, seconds int) ([]protocol.LeaseResult, error) {
+	var secs *int
+	if seconds > 0 {
+		secs = &seconds
+	}
+	return s.eachLease(ctx, leaseIDs, true, `
+		UPDATE queenside.cursors c
+		   SET lease_expires_at = greatest(c.lease_expires_at,
+		                                   now() + make_interval(secs => coalesce($4, q.lease_seconds)))
+		  FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
+		 WHERE g.id = c.group_id
+		   AND c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
+		RETURNING c.lease_expires_at`, secs)
+}
+
+// Release gives live leases back without charging any retry budget: their
+// unacked messages are deliverable again at once, and waiting pops are woken.
+func (s *Store) Release(ctx context.Context, leaseIDs []string) ([]protocol.LeaseResult, error) {
+	return s.eachLease(ctx, leaseIDs, false, `
+		WITH released AS (
+			UPDATE queenside.cursors c SET lease_id = NULL, lease_done = NULL
+			 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
+			RETURNING c.group_id)
+		SELECT now() FROM released r
+		  JOIN queenside.groups g ON g.id = r.group_id
+		  JOIN queenside.queues q ON q.id = g.queue_id,
+		       LATERAL queenside.wake(q.name)`)
+}
+
+// eachLease runs sql (which returns one timestamp row for a live lease, none
+// otherwise) for every lease id, in one transaction. With expiry, the
+// timestamp is the lease's expiry and is reported.
+func (s *Store) eachLease(ctx context.Context, leaseIDs []string, expiry bool, sql string, extra ...any) ([]protocol.LeaseResult, error) {
+	out := make([]protocol.LeaseResult, len(leaseIDs))
+	var b pgx.Batch
+	var queued []int
+	for i, id := range leaseIDs {
+		out[i] = protocol.LeaseResult{LeaseID: id, Code: protocol.ItemLeaseExpired}
+		ref, ok := parseLeaseID(id)
+		if !ok {
+			continue
+		}
+		b.Queue(sql, append([]any{ref.group, ref.partition, ref.id}, extra...)...)
+		queued = append(queued, i)
+	}
+	if len(queued) == 0 {
+		return out, nil
+	}
+	br := s.pool.SendBatch(ctx, &b)
+	for _, i := range queued {
+		var at time.Time
+		err := br.QueryRow().Scan(&at)
+		switch {
+		case err == pgx.ErrNoRows:
+		case err != nil:
+			br.Close()
+			return nil, fmt.Errorf("lease %s: %w", leaseIDs[i], err)
+		default:
+			out[i].Success, out[i].Code = true, ""
+			if expiry {
+				out[i].ExpiresAt = &at
+			}
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("leases: commit: %w", err)
+	}
+	return out, nil
+}
