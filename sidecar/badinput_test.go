@@ -214,3 +214,30 @@ func TestDeadlineExceeded(t *testing.T) {
 		t.Fatalf("deadline of 50 ms answered after %v", took)
 	}
 }
+
+func TestPushPastItsDeadlineCommitsNothing(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	mustPush(t, c, item(t, "q", "p", "first", 1))
+	// Hold the partition's row lock so the next push has to wait for it.
+	ctx := testContext(t)
+	tx, err := ts.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM queenside.partitions WHERE name = 'p' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, ts.socket)
+	args := mustMarshal(t, protocol.PushArgs{Items: []protocol.PushItem{item(t, "q", "p", "late", 2)}})
+	r.sendBody(mustMarshal(t, protocol.Request{ID: 1, Op: protocol.OpPush, Args: args, TimeoutMs: 200}))
+	wantError(t, r.read(), 1, protocol.CodeDeadlineExceeded)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	checkGapless(t, storedMessages(t, ts.pool, "q", "p"), 1)
+	if res := mustPush(t, c, item(t, "q", "p", "late", 2)); *res[0].Offset != 1 || res[0].Status != protocol.StatusQueued {
+		t.Fatalf("the retry: %+v", res[0])
+	}
+}

@@ -17,14 +17,17 @@ type opSpec struct {
 	// it ends when its client goes away. Others run to completion even if
 	// the client hangs up, so nothing half-done is left behind.
 	waits bool
-	// local marks an operation that never touches the database.
+	// local marks an operation that needs no migrated schema.
 	local bool
+	// duringDrain marks an operation still served while draining, so that
+	// probes can see the drain.
+	duringDrain bool
 }
 
 func (s *Server) operations() map[string]opSpec {
 	ops := map[string]opSpec{
 		protocol.OpHello:     {fn: s.opHello, local: true},
-		protocol.OpHealth:    {fn: s.opHealth, local: true},
+		protocol.OpHealth:    {fn: s.opHealth, local: true, duringDrain: true},
 		protocol.OpPush:      {fn: s.opPush},
 		protocol.OpConfigure: {fn: s.opConfigure},
 		protocol.OpQueues:    {fn: s.opQueues},
@@ -56,7 +59,7 @@ func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, e
 	if !ok {
 		return nil, protocol.Errorf(protocol.CodeUnknownOp, "no operation named %q", req.Op)
 	}
-	if s.draining.Load() {
+	if s.draining.Load() && !spec.duringDrain {
 		return nil, protocol.Errorf(protocol.CodeDraining, "the sidecar is shutting down; retry on another")
 	}
 	if !spec.local && !s.ready.Load() {

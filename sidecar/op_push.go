@@ -42,6 +42,9 @@ func (s *Server) opPush(ctx context.Context, raw []byte) (any, error) {
 		return protocol.PushReply{Results: results}, nil
 	}
 	outcomes, err := s.store.Push(ctx, msgs)
+	if err != nil && ctx.Err() != nil {
+		return nil, err // out of time (answered deadline_exceeded): nothing committed
+	}
 	if err != nil {
 		perr := s.toProtocolError(err)
 		for _, i := range positions {

@@ -138,8 +138,13 @@ func TestShutdownDrains(t *testing.T) {
 	if notice.ID != 0 || notice.Notice != protocol.NoticeDraining {
 		t.Fatalf("want the draining notice first, got %+v", notice)
 	}
-	r.sendRequest(2, protocol.OpHealth, nil)
+	r.sendRequest(2, protocol.OpPush, protocol.PushArgs{Items: []protocol.PushItem{item(t, "q", "", "", 1)}})
 	wantError(t, r.read(), 2, protocol.CodeDraining)
+	r.sendRequest(3, protocol.OpHealth, nil)
+	var h protocol.HealthResult
+	if resp := r.read(); resp.Error != nil || protocol.Unmarshal(resp.Result, &h) != nil || h.Status != protocol.HealthDraining {
+		t.Fatalf("health while draining: %+v %+v", resp, h)
+	}
 	select {
 	case err := <-shutdownDone:
 		t.Fatalf("shutdown returned (%v) while a request was in flight", err)

@@ -177,7 +177,10 @@ func (c *Client) readLoop() {
 			if resp.Notice == protocol.NoticeDraining {
 				c.draining.Store(true)
 			}
-			if resp.Error != nil { // the sidecar refused the connection
+			// frame_too_large and unauthorized close the connection; say why.
+			// Other errors without an id concern a frame that could not be
+			// read, and the connection goes on.
+			if resp.Error != nil && (resp.Error.Code == protocol.CodeFrameTooLarge || resp.Error.Code == protocol.CodeUnauthorized) {
 				fatal = resp.Error
 			}
 			continue

@@ -20,6 +20,7 @@ type Store struct {
 	log    hclog.Logger
 	parts  partitionCache
 	groups groupCache
+	trips  *roundTrips
 }
 
 // Open connects to the database at url. It does not migrate; call Migrate.
@@ -32,11 +33,13 @@ func Open(ctx context.Context, url string, log hclog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("open store: parse database url: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "queenside"
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return &Store{pool: pool, log: log, parts: newPartitionCache()}, nil
+	return &Store{pool: pool, log: log, parts: newPartitionCache(), trips: trips}, nil
 }
 
 // Close releases every connection.

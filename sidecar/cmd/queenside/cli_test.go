@@ -103,6 +103,32 @@ func TestDevPushStatsHealthAndRestart(t *testing.T) {
 		t.Fatalf("a failed item exited 0:\n%s", out)
 	}
 
+	// A first pop and ack, as the README shows them.
+	out, err = runCLI(t, bin, dir, "", "pop", "--queue", "hello", "--batch", "2", "--ack")
+	if err != nil || !strings.Contains(out, `{"hi":1}`) || !strings.Contains(out, "cursor 2, released true") {
+		t.Fatalf("pop --ack: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, bin, dir, "", "pop", "--queue", "hello", "--batch", "1", "--json")
+	var popped struct {
+		Messages []struct {
+			Offset  int64  `json:"offset"`
+			Payload string `json:"payload"`
+		} `json:"messages"`
+		Leases []struct {
+			LeaseID string `json:"leaseId"`
+		} `json:"leases"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &popped) != nil || len(popped.Messages) != 1 || popped.Messages[0].Offset != 2 || popped.Messages[0].Payload != "b" {
+		t.Fatalf("pop --json: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, bin, dir, "", "ack", "--lease", popped.Leases[0].LeaseID, "--offset", "2")
+	if err != nil || !strings.Contains(out, "cursor 3") {
+		t.Fatalf("ack: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, bin, dir, "", "ack", "--lease", popped.Leases[0].LeaseID, "--offset", "2"); err == nil {
+		t.Fatalf("an ack on a released lease exited 0:\n%s", out)
+	}
+
 	out, err = runCLI(t, bin, dir, "", "stats", "--queue", "hello", "--json")
 	var stats struct {
 		Partitions []struct {

@@ -21,6 +21,8 @@ func main() {
 			devCommand(),
 			migrateCommand(),
 			pushCommand(),
+			popCommand(),
+			ackCommand(),
 			statsCommand(),
 			healthCommand(),
 		},

@@ -37,7 +37,11 @@ func statsCommand() *cli.Command {
 					fmt.Fprintf(tw, "%s\t%d\t%d\t-\t-\t-\t-\n", p.Partition, p.HeadOffset, p.Messages)
 				}
 				for _, g := range p.Groups {
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%t\n", p.Partition, p.HeadOffset, p.Messages, g.Group, g.Cursor, g.Lag, g.Leased)
+					group := g.Group
+					if group == "" {
+						group = "(queue mode)"
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%t\n", p.Partition, p.HeadOffset, p.Messages, group, g.Cursor, g.Lag, g.Leased)
 				}
 			}
 			return tw.Flush()

@@ -1,0 +1,129 @@
+package queenside_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	queenside "github.com/queenside/queenside/clients/go"
+	"github.com/queenside/queenside/protocol"
+)
+
+func pushMany(t *testing.T, c *queenside.Client, queue string, n int) {
+	t.Helper()
+	var items []protocol.PushItem
+	for i := 0; i < n; i++ {
+		it, err := queenside.Item(queue, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it.TransactionID = fmt.Sprintf("m%d", i)
+		items = append(items, it)
+	}
+	if _, err := c.Push(context.Background(), items...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConsumeAcksAndRetriesFailures(t *testing.T) {
+	c := dial(t, startSidecar(t))
+	pushMany(t, c, "jobs", 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var seen []int64
+	failedOnce := false
+	err := c.Consume(ctx, "jobs", func(_ context.Context, m queenside.Message) error {
+		seen = append(seen, m.Offset)
+		if m.Offset == 5 && !failedOnce {
+			failedOnce = true
+			return errors.New("transient")
+		}
+		if m.Offset == 19 {
+			cancel()
+		}
+		return nil
+	}, queenside.ConsumeOptions{Batch: 8, WaitMs: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 0..5 (5 fails), then 5 again and on to 19: order kept through the retry.
+	want := []int64{0, 1, 2, 3, 4, 5}
+	for i := int64(5); i < 20; i++ {
+		want = append(want, i)
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("handled %v\nwant    %v", seen, want)
+	}
+	st, _ := c.Stats(context.Background(), "jobs")
+	if g := st.Partitions[0].Groups[0]; g.Cursor != 20 || g.Leased {
+		t.Fatalf("after consuming: %+v", g)
+	}
+}
+
+func TestConsumeRenewsWhileAHandlerRunsLong(t *testing.T) {
+	path := startSidecar(t)
+	c, rival := dial(t, path), dial(t, path)
+	pushMany(t, c, "slow", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var rivalGot []queenside.Message
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Consume(ctx, "slow", func(_ context.Context, m queenside.Message) error {
+			if m.Offset == 0 {
+				time.Sleep(2500 * time.Millisecond) // longer than the 1 s lease
+				res, err := rival.Pop(context.Background(), queenside.PopArgs{Queue: "slow", Batch: 2})
+				if err != nil {
+					return err
+				}
+				rivalGot = res.Messages
+			}
+			if m.Offset == 1 {
+				cancel()
+			}
+			return nil
+		}, queenside.ConsumeOptions{Batch: 2, LeaseSeconds: 1, RenewEvery: 300 * time.Millisecond, WaitMs: 200})
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(rivalGot) != 0 {
+		t.Fatalf("the lease lapsed while the handler ran: a rival got %d messages", len(rivalGot))
+	}
+	st, _ := c.Stats(context.Background(), "slow")
+	if g := st.Partitions[0].Groups[0]; g.Cursor != 2 {
+		t.Fatalf("cursor %d, want 2: the acks after a long handler were refused", g.Cursor)
+	}
+}
+
+func TestConsumeStopReleasesWhatItDidNotStart(t *testing.T) {
+	path := startSidecar(t)
+	c, next := dial(t, path), dial(t, path)
+	pushMany(t, c, "stop", 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	handled := 0
+	err := c.Consume(ctx, "stop", func(_ context.Context, m queenside.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled++
+		if m.Offset == 2 {
+			cancel() // a signal arrives while message 2 is in hand
+		}
+		return nil
+	}, queenside.ConsumeOptions{Batch: 10, LeaseSeconds: 60, WaitMs: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if handled != 3 {
+		t.Fatalf("handled %d messages after the stop, want 3 (0, 1 and the one in hand)", handled)
+	}
+	// The rest is available at once, not after the 60 s lease, and uncharged.
+	res, err := next.Pop(context.Background(), queenside.PopArgs{Queue: "stop", Batch: 10})
+	if err != nil || len(res.Messages) != 7 || res.Messages[0].Offset != 3 {
+		t.Fatalf("after the stop: %d messages from %v (%v)", len(res.Messages), res.Messages, err)
+	}
+}

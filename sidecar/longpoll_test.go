@@ -1,0 +1,187 @@
+package sidecar
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	queenside "github.com/queenside/queenside/clients/go"
+	"github.com/queenside/queenside/protocol"
+)
+
+func TestLongPollWakesOnAPushThroughAnotherProcess(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	other := startServe(t, ts.dbURL)
+	waiter, pusher := ts.client(t), dialClient(t, other.socket)
+	for round := 0; round < 3; round++ {
+		type popped struct {
+			res protocol.PopResult
+			at  time.Time
+			err error
+		}
+		done := make(chan popped, 1)
+		go func() {
+			res, err := waiter.Pop(context.Background(), protocol.PopArgs{Queue: "lp", Group: "g", WaitMs: 10000, AutoAck: true})
+			done <- popped{res, time.Now(), err}
+		}()
+		time.Sleep(300 * time.Millisecond) // the pop is waiting by now
+		select {
+		case p := <-done:
+			t.Fatalf("pop answered before any push: %+v %v", p.res, p.err)
+		default:
+		}
+		mustPush(t, pusher, item(t, "lp", "p", "", round))
+		pushed := time.Now()
+		p := <-done
+		if p.err != nil || len(p.res.Messages) != 1 {
+			t.Fatalf("pop: %+v %v", p.res, p.err)
+		}
+		if lag := p.at.Sub(pushed); lag > 100*time.Millisecond {
+			t.Fatalf("round %d: the pop answered %v after the push, want < 100 ms", round, lag)
+		} else {
+			t.Logf("round %d: woken %v after the push answered", round, lag)
+		}
+	}
+}
+
+func TestIdleLongPollDoesNotBusyPoll(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	mustPop(t, c, protocol.PopArgs{Queue: "idle"}) // creates the queue and group
+	before := ts.srv.store.RoundTrips()
+	start := time.Now()
+	res := mustPop(t, c, protocol.PopArgs{Queue: "idle", WaitMs: 4000})
+	waited := time.Since(start)
+	if len(res.Messages) != 0 || waited < 3900*time.Millisecond {
+		t.Fatalf("pop on an empty queue returned %d messages after %v", len(res.Messages), waited)
+	}
+	// One look at first, then a safety re-check a second.
+	if n := ts.srv.store.RoundTrips() - before; n > 6 {
+		t.Fatalf("%d database round trips during a 4 s idle wait: busy polling", n)
+	} else {
+		t.Logf("%d database round trips during a 4 s idle wait", n)
+	}
+}
+
+func TestSubscriptionModes(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	pushN(t, c, "s", "p", "old", 3)
+
+	// new: skips the backlog, then gets what comes after.
+	if res := mustPop(t, c, protocol.PopArgs{Queue: "s", Group: "fresh", SubscriptionMode: protocol.SubscribeNew, AutoAck: true, Batch: 10}); len(res.Messages) != 0 {
+		t.Fatalf("subscription new delivered the backlog: %v", offsets(res.Messages))
+	}
+	pushN(t, c, "s", "p", "after", 2)
+	mustPush(t, c, item(t, "s", "later-partition", "", "x")) // a partition created after the subscription
+	got := drain(t, c, "s", "fresh")
+	if len(got) != 3 {
+		t.Fatalf("subscription new got %d messages, want the 3 pushed after it", len(got))
+	}
+	for _, m := range got {
+		if m.Partition == "p" && m.Offset < 3 {
+			t.Fatalf("subscription new got backlog offset %d", m.Offset)
+		}
+	}
+
+	// from: the first message committed at or after the time.
+	res, err := c.Push(testContext(t), item(t, "f", "p", "", 0), item(t, "f", "p", "", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	second, _ := c.Push(testContext(t), item(t, "f", "p", "", 2))
+	from := second[0].CommittedAt
+	time.Sleep(20 * time.Millisecond)
+	mustPush(t, c, item(t, "f", "p", "", 3))
+	if !res[0].CommittedAt.Before(from) {
+		t.Fatal("commit times did not advance")
+	}
+	got = nil
+	for {
+		r := mustPop(t, c, protocol.PopArgs{Queue: "f", Group: "since", SubscriptionMode: protocol.SubscribeFrom, SubscriptionFrom: &from, AutoAck: true, Batch: 10})
+		if len(r.Messages) == 0 {
+			break
+		}
+		got = append(got, r.Messages...)
+	}
+	wantOffsets(t, got, 2, 3)
+
+	// The mode is recorded at the group's first pop: later modes are ignored.
+	if r := mustPop(t, c, protocol.PopArgs{Queue: "s", Group: "fresh", SubscriptionMode: protocol.SubscribeAll, AutoAck: true, Batch: 10}); len(r.Messages) != 0 {
+		t.Fatalf("a later pop's mode rewound the group: %v", offsets(r.Messages))
+	}
+}
+
+func TestLongestWaitingPartitionGoesFirst(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	mustPush(t, c, item(t, "q", "quiet", "", "old"))
+	for i := 0; i < 5; i++ {
+		pushN(t, c, "q", "busy", string(rune('a'+i)), 20)
+	}
+	res := mustPop(t, c, protocol.PopArgs{Queue: "q", Batch: 10, AutoAck: true})
+	if len(res.Messages) != 1 || res.Messages[0].Partition != "quiet" {
+		t.Fatalf("first pop went to %s, want the partition whose message waited longest", res.Messages[0].Partition)
+	}
+	mustPush(t, c, item(t, "q", "quiet", "", "new"))
+	res = mustPop(t, c, protocol.PopArgs{Queue: "q", Batch: 10, AutoAck: true})
+	if res.Messages[0].Partition != "busy" {
+		t.Fatalf("second pop went to %s: busy's backlog is older", res.Messages[0].Partition)
+	}
+}
+
+func TestDisconnectWhileWaitingLeaksNothing(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	mustPop(t, c, protocol.PopArgs{Queue: "q", Group: "g"})
+	baseline := runtime.NumGoroutine()
+	for i := 0; i < 5; i++ {
+		r := dialRaw(t, ts.socket)
+		r.sendRequest(1, protocol.OpPop, protocol.PopArgs{Queue: "q", Group: "g", WaitMs: 30000})
+		time.Sleep(50 * time.Millisecond)
+		r.nc.Close()
+	}
+	time.Sleep(100 * time.Millisecond)
+	mustPush(t, c, item(t, "q", "p", "", "hello"))
+	// The departed waiters took no lease: another consumer gets the message
+	// at once, as its first delivery.
+	res := mustPop(t, c, protocol.PopArgs{Queue: "q", Group: "g", WaitMs: 2000})
+	if len(res.Messages) != 1 || res.Leases[0].HeadAttempts != 1 || res.Messages[0].Redelivered {
+		t.Fatalf("after the waiters left: %+v", res)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > baseline+2 {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before the waiters:\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestDrainEndsWaitingPopsEmpty(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	done := make(chan protocol.PopResult, 1)
+	go func() {
+		res, err := c.Pop(context.Background(), protocol.PopArgs{Queue: "q", WaitMs: 30000})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	time.Sleep(200 * time.Millisecond)
+	go ts.srv.Shutdown(context.Background()) //nolint:errcheck
+	select {
+	case res := <-done:
+		if len(res.Messages) != 0 {
+			t.Fatalf("drain: %+v", res)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiting pop held up the drain")
+	}
+}
+
+var _ = queenside.Completed
