@@ -21,16 +21,24 @@ import (
 // QUEENSIDE_SOCKET environment variable overrides it.
 const DefaultSocket = "/var/run/queenside/queenside.sock"
 
+// DevSocket is where `queenside dev` (`make run`) serves, relative to the
+// directory it runs in.
+const DevSocket = ".queenside/queenside.sock"
+
 // ErrClosed is returned by calls on a closed client, or after the connection broke.
 var ErrClosed = errors.New("queenside: client closed")
 
 // Error is an error answered by the sidecar; branch on Code.
 type Error = protocol.Error
 
-// SocketPath returns QUEENSIDE_SOCKET when set, else DefaultSocket.
+// SocketPath returns QUEENSIDE_SOCKET when set, else DevSocket when it
+// exists (so programs run beside `make run` find it), else DefaultSocket.
 func SocketPath() string {
 	if p := os.Getenv("QUEENSIDE_SOCKET"); p != "" {
 		return p
+	}
+	if _, err := os.Stat(DevSocket); err == nil {
+		return DevSocket
 	}
 	return DefaultSocket
 }

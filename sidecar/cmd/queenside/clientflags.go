@@ -13,36 +13,18 @@ import (
 	queenside "github.com/queenside/queenside/clients/go"
 )
 
-// devSocket is where `queenside dev` serves, relative to the directory it runs in.
-const devSocket = ".queenside/queenside.sock"
-
 func clientFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "socket", Usage: "sidecar socket (default: $QUEENSIDE_SOCKET, else ./" + devSocket + " when it exists, else " + queenside.DefaultSocket + ")"},
+		&cli.StringFlag{Name: "socket", Usage: "sidecar socket (default: $QUEENSIDE_SOCKET, else ./" + queenside.DevSocket + " when it exists, else " + queenside.DefaultSocket + ")"},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON, for scripts"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
 	}
 }
 
-// socketPath resolves where to connect, so that a newcomer running `make
-// run` in one terminal can use the CLI from the same directory in another.
-func socketPath(c *cli.Context) string {
-	if p := c.String("socket"); p != "" {
-		return p
-	}
-	if p := os.Getenv("QUEENSIDE_SOCKET"); p != "" {
-		return p
-	}
-	if _, err := os.Stat(devSocket); err == nil {
-		return devSocket
-	}
-	return queenside.DefaultSocket
-}
-
 // connect dials the sidecar and returns a context bounded by --timeout.
 func connect(c *cli.Context) (*queenside.Client, context.Context, context.CancelFunc, error) {
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
-	cl, err := queenside.Dial(ctx, socketPath(c))
+	cl, err := queenside.Dial(ctx, c.String("socket")) // "" follows queenside.SocketPath
 	if err != nil {
 		cancel()
 		return nil, nil, nil, err

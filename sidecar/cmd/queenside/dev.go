@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/urfave/cli/v2"
 
+	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/sidecar"
 	"github.com/queenside/queenside/sidecar/pgserver"
 )
@@ -20,7 +21,7 @@ func devCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dev",
 		Usage: "run a sidecar for development, with a throwaway PostgreSQL under --dir unless --database-url is given",
-		Flags: append(daemonFlags(devSocket, ".queenside/spool"),
+		Flags: append(daemonFlags(queenside.DevSocket, ".queenside/spool"),
 			&cli.StringFlag{Name: "dir", Value: ".queenside", Usage: "working directory for the PostgreSQL cluster (reused across runs)"},
 			&cli.StringFlag{Name: "database-url", Usage: "use this database instead of starting one", EnvVars: []string{"QUEENSIDE_DATABASE_URL"}},
 		),
@@ -67,7 +68,7 @@ queenside is serving on %s
   (the CLI finds ./%s from this directory; elsewhere export QUEENSIDE_SOCKET=%s)
 Ctrl-C stops the sidecar and PostgreSQL.
 
-`, abs, cfg.DatabaseURL, devSocket, abs)
+`, abs, cfg.DatabaseURL, queenside.DevSocket, abs)
 	}
 	return sidecar.Run(ctx, cfg)
 }
