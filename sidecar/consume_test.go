@@ -9,6 +9,7 @@ import (
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
 )
 
 // pushN pushes n messages to one partition with transaction ids tx-<prefix>-i.
@@ -384,6 +385,14 @@ func TestAckByTransactionID(t *testing.T) {
 	)
 	if !ar.Results[0].Success || ar.Results[1].Code != protocol.ItemUnresolvable || ar.Results[2].Code != protocol.ItemUnresolvable {
 		t.Fatalf("results %+v", ar.Results)
+	}
+	// A hash older than the window it is kept for no longer resolves.
+	if _, err := ts.pool.Exec(testContext(t), `UPDATE queenside.dedup SET committed_at = now() - interval '25 hours'
+		WHERE hash = $1`, [16]byte(store.TransactionHash("tx-x-1"))); err != nil {
+		t.Fatal(err)
+	}
+	if ar := mustAck(t, c, protocol.AckItem{LeaseID: lease, TransactionID: "tx-x-1"}); ar.Results[0].Code != protocol.ItemUnresolvable {
+		t.Fatalf("ack by an id outside the window: %+v", ar.Results)
 	}
 	if l := ar.Leases[0]; l.Cursor != 1 || l.Released {
 		t.Fatalf("lease %+v, want cursor 1 and still held", l)

@@ -92,8 +92,8 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("grace period over; closing the remaining connections", "error", err)
-		srv.Close()
 	}
+	srv.Close() // ends what still runs: the notification listener, late connections
 	if hs != nil {
 		hs.Shutdown(sctx) //nolint:errcheck // best effort on the way out
 	}
