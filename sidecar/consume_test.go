@@ -283,11 +283,7 @@ func TestCompletionsOutOfOrderInsideALease(t *testing.T) {
 func TestRetryBudgetDeadLettersTheHead(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	c := ts.client(t)
-	opts := protocol.DefaultQueueOptions()
-	opts.RetryLimit = 2
-	if _, err := c.Configure(testContext(t), "q", opts); err != nil {
-		t.Fatal(err)
-	}
+	configure(t, c, "q", func(o *protocol.QueueOptions) { o.RetryLimit = 2 })
 	pushN(t, c, "q", "p", "x", 3)
 	for attempt := 1; attempt <= 3; attempt++ {
 		res := mustPop(t, c, protocol.PopArgs{Queue: "q", Group: "g", Batch: 2})
@@ -328,11 +324,7 @@ func TestRetryBudgetDeadLettersTheHead(t *testing.T) {
 func TestCrashesDoNotChargeTheRetryBudget(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	c := ts.client(t)
-	opts := protocol.DefaultQueueOptions()
-	opts.RetryLimit = 0 // a single explicit failure would dead-letter
-	if _, err := c.Configure(testContext(t), "q", opts); err != nil {
-		t.Fatal(err)
-	}
+	configure(t, c, "q", func(o *protocol.QueueOptions) { o.RetryLimit = 0 }) // a single explicit failure would dead-letter
 	pushN(t, c, "q", "p", "x", 2)
 	for crash := 1; crash <= 3; crash++ {
 		consumer := dialClient(t, ts.socket)

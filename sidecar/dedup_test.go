@@ -111,11 +111,7 @@ func TestSameTransactionIDInTwoPartitionsIsTwoMessages(t *testing.T) {
 func TestDedupWindowZeroStoresRepeats(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	c := ts.client(t)
-	opts := protocol.DefaultQueueOptions()
-	opts.DedupWindowSeconds = 0
-	if _, err := c.Configure(testContext(t), "off", opts); err != nil {
-		t.Fatal(err)
-	}
+	configure(t, c, "off", func(o *protocol.QueueOptions) { o.DedupWindowSeconds = 0 })
 	mustPush(t, c, item(t, "off", "p", "same", 1))
 	res := mustPush(t, c, item(t, "off", "p", "same", 2), item(t, "off", "p", "same", 3))
 	for _, r := range res {
@@ -132,11 +128,7 @@ func TestDedupWindowZeroStoresRepeats(t *testing.T) {
 func TestRepeatAfterTheWindowIsNew(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	c := ts.client(t)
-	opts := protocol.DefaultQueueOptions()
-	opts.DedupWindowSeconds = 1
-	if _, err := c.Configure(testContext(t), "short", opts); err != nil {
-		t.Fatal(err)
-	}
+	configure(t, c, "short", func(o *protocol.QueueOptions) { o.DedupWindowSeconds = 1 })
 	first := mustPush(t, c, item(t, "short", "p", "tx", 1))[0]
 	if r := mustPush(t, c, item(t, "short", "p", "tx", 2))[0]; r.Status != protocol.StatusDuplicate {
 		t.Fatalf("inside the window: %s, want duplicate", r.Status)
@@ -180,11 +172,7 @@ func TestConfigureWithoutWindowRestoresDefault(t *testing.T) {
 func TestIdentityIsTheStored128BitHash(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	c := ts.client(t)
-	opts := protocol.DefaultQueueOptions()
-	opts.DedupWindowSeconds = 0
-	if _, err := c.Configure(testContext(t), "off", opts); err != nil {
-		t.Fatal(err)
-	}
+	configure(t, c, "off", func(o *protocol.QueueOptions) { o.DedupWindowSeconds = 0 })
 	for _, q := range []string{"on", "off"} {
 		mustPush(t, c, item(t, q, "p", "identity-"+q, 1))
 		sum := sha256.Sum256([]byte("identity-" + q))

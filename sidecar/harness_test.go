@@ -125,6 +125,16 @@ func mustPush(t testing.TB, c *queenside.Client, items ...protocol.PushItem) []p
 	return res
 }
 
+// configure sets a queue's options: the defaults with change applied.
+func configure(t testing.TB, c *queenside.Client, queue string, change func(*protocol.QueueOptions)) {
+	t.Helper()
+	opts := protocol.DefaultQueueOptions()
+	change(&opts)
+	if _, err := c.Configure(testContext(t), queue, opts); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // storedMessage is one message as the tables hold it.
 type storedMessage struct {
 	Offset        int64

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -11,35 +10,6 @@ import (
 type groupKey struct{ queue, group string }
 
 type groupIDs struct{ group, queue int64 }
-
-// groupCache remembers group ids. Like partitionCache it only saves a round
-// trip: pop fails with no_data_found on a stale id, and the cache is dropped.
-type groupCache struct {
-	mu  sync.RWMutex
-	ids map[groupKey]groupIDs
-}
-
-func (c *groupCache) get(k groupKey) (groupIDs, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	v, ok := c.ids[k]
-	return v, ok
-}
-
-func (c *groupCache) put(k groupKey, v groupIDs) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ids == nil {
-		c.ids = make(map[groupKey]groupIDs)
-	}
-	c.ids[k] = v
-}
-
-func (c *groupCache) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ids = nil
-}
 
 // groupID returns a group's id, creating the queue and the group (with the
 // given subscription) on first use.

@@ -35,7 +35,7 @@ func (s *Store) Pop(ctx context.Context, r PopRequest) (protocol.PopResult, erro
 	res, err := s.pop(ctx, r)
 	if isNoData(err) { // a cached group or partition is gone
 		s.groups.reset()
-		s.parts = newPartitionCache()
+		s.parts.reset()
 		res, err = s.pop(ctx, r)
 	}
 	return res, err

@@ -4,14 +4,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Message is one item to store, validated and given its identity.
@@ -57,9 +55,8 @@ type partitionBatch struct {
 // none is stored.
 func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	out, err := s.push(ctx, msgs)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "P0002" { // no_data_found: a cached partition is gone
-		s.parts = newPartitionCache()
+	if isNoData(err) { // a cached partition is gone
+		s.parts.reset()
 		out, err = s.push(ctx, msgs)
 	}
 	return out, err

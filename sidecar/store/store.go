@@ -18,8 +18,8 @@ import (
 type Store struct {
 	pool   *pgxpool.Pool
 	log    hclog.Logger
-	parts  partitionCache
-	groups groupCache
+	parts  idCache[partitionKey, int64]
+	groups idCache[groupKey, groupIDs]
 	trips  *roundTrips
 }
 
@@ -39,7 +39,7 @@ func Open(ctx context.Context, url string, log hclog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return &Store{pool: pool, log: log, parts: newPartitionCache(), trips: trips}, nil
+	return &Store{pool: pool, log: log, trips: trips}, nil
 }
 
 // Close releases every connection.
