@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"time"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -131,8 +132,9 @@ func decodeAckItem(d *msgpack.Decoder, it *AckItem) error {
 				err = invalid(key, "%q: want completed or failed", it.Status)
 			}
 		case "error":
-			if it.Error, err = readString(d, key); err == nil && len(it.Error) > MaxErrorBytes {
-				it.Error = it.Error[:MaxErrorBytes]
+			if it.Error, err = readString(d, key); err == nil {
+				err = CheckText(key, it.Error)
+				it.Error = truncateUTF8(it.Error, MaxErrorBytes)
 			}
 		default:
 			err = skipField(d, key)
@@ -178,4 +180,15 @@ func DecodeLeaseIDsArgs(raw []byte) (LeaseIDsArgs, error) {
 		err = invalid("leaseIds", "must name at least one lease")
 	}
 	return a, err
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -1,7 +1,9 @@
 package sidecar
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -456,5 +458,72 @@ func TestRenewAndRelease(t *testing.T) {
 	wantOffsets(t, again.Messages, 0, 1)
 	if rel, _ := c.Release(testContext(t), id); rel[0].Success {
 		t.Fatal("released a lease twice")
+	}
+}
+
+func TestFailureAfterARememberedCompletionRewinds(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	pushN(t, c, "q", "p", "x", 5)
+	res := mustPop(t, c, protocol.PopArgs{Queue: "q", Batch: 5})
+	m := res.Messages
+	mustAck(t, c, queenside.Completed(m[2])) // remembered past the gap
+	ar := mustAck(t, c, queenside.Completed(m[0]), queenside.Completed(m[1]), queenside.Failed(m[2], "changed my mind"))
+	if l := ar.Leases[0]; l.Cursor != 2 || !l.Released {
+		t.Fatalf("lease %+v: the failure of 2 must clamp the cursor at 2", l)
+	}
+	next := mustPop(t, c, protocol.PopArgs{Queue: "q", Batch: 5})
+	wantOffsets(t, next.Messages, 2, 4)
+}
+
+func TestPopNeverReturnsMoreThanAFrame(t *testing.T) {
+	ts := startSidecar(t, "", Options{MaxFrameBytes: 8192})
+	c := ts.client(t)
+	big := string(make([]byte, 1500))
+	var items []protocol.PushItem
+	for i := 0; i < 12; i++ {
+		items = append(items, item(t, "big", "p", fmt.Sprint(i), big))
+	}
+	mustPush(t, c, items[:4]...)
+	mustPush(t, c, items[4:8]...)
+	mustPush(t, c, items[8:]...)
+	var got []int64
+	for len(got) < 12 {
+		res := mustPop(t, c, protocol.PopArgs{Queue: "big", Batch: 100, AutoAck: true})
+		if len(res.Messages) == 0 || len(res.Messages) > 5 {
+			t.Fatalf("pop of 1.5 kB messages under an 8 kB frame returned %d", len(res.Messages))
+		}
+		got = append(got, offsets(res.Messages)...)
+	}
+	for i, o := range got {
+		if o != int64(i) {
+			t.Fatalf("auto-acked offsets %v: a cut result lost or repeated messages", got)
+		}
+	}
+	// A message that can never fit is refused, and nothing moves.
+	mustPush(t, c, item(t, "huge", "p", "", string(make([]byte, 7000))))
+	_, err := c.Pop(testContext(t), protocol.PopArgs{Queue: "huge", AutoAck: true})
+	var qe *queenside.Error
+	if !errors.As(err, &qe) || qe.Code != protocol.CodeOverloaded {
+		t.Fatalf("pop of a message larger than the frame: %v, want overloaded", err)
+	}
+	if cur, _ := cursorOf(t, c, "huge", "p", ""); cur != 0 {
+		t.Fatalf("the refused pop moved the cursor to %d", cur)
+	}
+}
+
+func TestAckErrorTextMustBeText(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	pushN(t, c, "q", "p", "x", 1)
+	m := mustPop(t, c, protocol.PopArgs{Queue: "q"}).Messages[0]
+	_, err := c.Ack(testContext(t), queenside.Failed(m, "bad \xff byte"))
+	var qe *queenside.Error
+	if !errors.As(err, &qe) || qe.Code != protocol.CodeInvalidArgument {
+		t.Fatalf("ack with invalid UTF-8 in error: %v, want invalid_argument", err)
+	}
+	long := strings.Repeat("é", protocol.MaxErrorBytes) // two bytes each: the cut falls mid-character
+	if ar := mustAck(t, c, queenside.Failed(m, long)); !ar.Results[0].Success {
+		t.Fatalf("long error text: %+v", ar.Results)
 	}
 }

@@ -20,6 +20,8 @@ func (s *Server) toProtocolError(err error) *protocol.Error {
 		return protocol.Errorf(protocol.CodeDeadlineExceeded, "%v", err)
 	case errors.Is(err, store.ErrQueueNotFound):
 		return protocol.Errorf(protocol.CodeNotFound, "%v", err)
+	case errors.Is(err, store.ErrMessageTooLarge):
+		return protocol.Errorf(protocol.CodeOverloaded, "%v; raise --max-frame-bytes", err)
 	case store.IsUnavailable(err):
 		s.log.Warn("database unavailable", "error", err)
 		return protocol.Errorf(protocol.CodeUnavailable, "database unavailable: %v", err)

@@ -24,7 +24,7 @@ func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 	until := waitUntil(ctx, time.Duration(a.WaitMs)*time.Millisecond)
 	for {
 		woken := s.wakes.watch(a.Queue)
-		res, err := s.store.Pop(ctx, req)
+		res, err := s.store.Pop(ctx, req, s.opts.MaxFrameBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -86,7 +86,17 @@ func (s *Server) opAck(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.store.Ack(ctx, a.Items)
+	res, err := s.store.Ack(ctx, a.Items)
+	if store.IsUnavailable(err) && ctx.Err() == nil {
+		// One transaction: nothing moved, and every item says why.
+		s.log.Warn("database unavailable", "error", err)
+		res = protocol.AckResult{Results: make([]protocol.AckItemResult, len(a.Items)), Leases: []protocol.LeaseState{}}
+		for i := range res.Results {
+			res.Results[i] = protocol.AckItemResult{Index: i, Code: string(protocol.CodeUnavailable)}
+		}
+		return res, nil
+	}
+	return res, err
 }
 
 func (s *Server) opRenew(ctx context.Context, raw []byte) (any, error) {

@@ -484,8 +484,10 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- Completed items at or above the lowest failure are rewound.
-    v_done := coalesce(c.lease_done, '{}');
+    -- Completed items at or above the lowest failure are rewound, and so
+    -- are completions remembered from earlier calls: everything from the
+    -- failure on is delivered again.
+    v_done := ARRAY(SELECT x FROM unnest(coalesce(c.lease_done, '{}')) x WHERE v_fail IS NULL OR x < v_fail);
     FOR i IN 1 .. n LOOP
         CONTINUE WHEN v_code[i] IS NOT NULL OR p_failed[i];
         IF v_fail IS NOT NULL AND v_off[i] >= v_fail THEN

@@ -55,12 +55,14 @@ func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.Ack
 	br := s.pool.SendBatch(ctx, &b)
 	states := make([]protocol.LeaseState, 0, len(acks))
 	for _, la := range acks {
-		st, err := readAckResults(br, la, res.Results)
+		st, known, err := readAckResults(br, la, res.Results)
 		if err != nil {
 			br.Close()
 			return res, fmt.Errorf("ack lease %s: %w", la.leaseID, err)
 		}
-		states = append(states, st)
+		if known {
+			states = append(states, st)
+		}
 	}
 	if err := br.Close(); err != nil {
 		return res, fmt.Errorf("ack: commit: %w", err)
@@ -91,11 +93,13 @@ func ackArgs(la *leaseAck, items []protocol.AckItem) []any {
 	return []any{la.ref.group, la.ref.partition, la.ref.id, offsets, hashes, failed, errs}
 }
 
-func readAckResults(br pgx.BatchResults, la *leaseAck, out []protocol.AckItemResult) (protocol.LeaseState, error) {
-	st := protocol.LeaseState{LeaseID: la.leaseID}
+// readAckResults fills in one lease's item results. known is false when
+// the lease names no cursor at all: then there is no state to report.
+func readAckResults(br pgx.BatchResults, la *leaseAck, out []protocol.AckItemResult) (st protocol.LeaseState, known bool, err error) {
+	st = protocol.LeaseState{LeaseID: la.leaseID}
 	rows, err := br.Query()
 	if err != nil {
-		return st, err
+		return st, false, err
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -107,10 +111,10 @@ func readAckResults(br pgx.BatchResults, la *leaseAck, out []protocol.AckItemRes
 			cursor   *int64
 		)
 		if err := rows.Scan(&idx, &r.Success, &code, &r.DeadLettered, &released, &cursor); err != nil {
-			return st, err
+			return st, false, err
 		}
 		if idx < 1 || int(idx) > len(la.indexes) {
-			return st, fmt.Errorf("ack returned position %d of %d", idx, len(la.indexes))
+			return st, false, fmt.Errorf("ack returned position %d of %d", idx, len(la.indexes))
 		}
 		r.Index = la.indexes[idx-1]
 		if code != nil {
@@ -120,7 +124,8 @@ func readAckResults(br pgx.BatchResults, la *leaseAck, out []protocol.AckItemRes
 		st.Released = released
 		if cursor != nil {
 			st.Cursor = *cursor
+			known = true
 		}
 	}
-	return st, rows.Err()
+	return st, known, rows.Err()
 }

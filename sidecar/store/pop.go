@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -30,15 +32,44 @@ const popSQL = `SELECT partition_id, partition_name, lease_id, lease_from, lease
 	head_attempts, msg_offset, message_id, transaction_id, payload, committed_at, trace_id, headers, redelivered
 FROM queenside.pop($1, $2, $3, $4, $5, $6)`
 
+// ErrMessageTooLarge means the next message alone would not fit in a
+// response frame: it cannot be delivered until the limit is raised.
+var ErrMessageTooLarge = errors.New("store: message larger than the response limit")
+
 // Pop delivers messages to a group in one transaction: see queenside.pop.
-func (s *Store) Pop(ctx context.Context, r PopRequest) (protocol.PopResult, error) {
-	res, err := s.pop(ctx, r)
-	if isNoData(err) { // a cached group or partition is gone
-		s.groups.reset()
-		s.parts.reset()
-		res, err = s.pop(ctx, r)
+// The result must fit in maxBytes once encoded: the transaction commits
+// only if it does, and is rolled back and retried with fewer messages if
+// not, so a result too large to send never moves a cursor or holds a lease.
+func (s *Store) Pop(ctx context.Context, r PopRequest, maxBytes int) (protocol.PopResult, error) {
+	for {
+		res, size, err := s.popOnce(ctx, r, maxBytes)
+		if isNoData(err) { // a cached group or partition is gone
+			s.groups.reset()
+			s.parts.reset()
+			res, size, err = s.popOnce(ctx, r, maxBytes)
+		}
+		if err != nil || size <= maxBytes {
+			return res, err
+		}
+		if len(res.Messages) <= 1 {
+			m := res.Messages[0]
+			return protocol.PopResult{}, fmt.Errorf("%w: %s/%s offset %d needs about %d bytes, the limit is %d",
+				ErrMessageTooLarge, m.Queue, m.Partition, m.Offset, size, maxBytes)
+		}
+		r.Batch = len(res.Messages) / 2
 	}
-	return res, err
+}
+
+// resultBound is an upper bound of the encoded size of a pop result: each
+// message's variable fields plus a generous allowance for its keys and fixed
+// fields, and as much for each lease and for the envelope.
+func resultBound(res protocol.PopResult, headerBytes int) int {
+	const perMessage, perLease, envelope = 320, 640, 1024
+	n := envelope + headerBytes + perLease*len(res.Leases)
+	for _, m := range res.Messages {
+		n += perMessage + len(m.Payload) + len(m.Queue) + len(m.Partition) + len(m.TransactionID) + len(m.TraceID)
+	}
+	return n
 }
 
 func isNoData(err error) bool {
@@ -46,17 +77,19 @@ func isNoData(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "P0002"
 }
 
-func (s *Store) pop(ctx context.Context, r PopRequest) (protocol.PopResult, error) {
-	res := protocol.PopResult{Messages: []protocol.Message{}, Leases: []protocol.Lease{}}
+// popOnce runs one pop in an explicit transaction and commits it only if
+// the result's size bound is within maxBytes.
+func (s *Store) popOnce(ctx context.Context, r PopRequest, maxBytes int) (res protocol.PopResult, size int, err error) {
+	res = protocol.PopResult{Messages: []protocol.Message{}, Leases: []protocol.Lease{}}
 	ids, err := s.groupID(ctx, groupKey{r.Queue, r.Group}, r.Mode, r.From)
 	if err != nil {
-		return res, err
+		return res, 0, err
 	}
 	var partition *int64
 	if r.Partition != "" {
 		id, err := s.partitionID(ctx, partitionKey{r.Queue, r.Partition})
 		if err != nil {
-			return res, err
+			return res, 0, err
 		}
 		partition = &id
 	}
@@ -64,9 +97,45 @@ func (s *Store) pop(ctx context.Context, r PopRequest) (protocol.PopResult, erro
 	if r.LeaseSeconds > 0 {
 		leaseSeconds = &r.LeaseSeconds
 	}
-	rows, err := s.pool.Query(ctx, popSQL, ids.group, partition, r.Partitions, r.Batch, leaseSeconds, r.AutoAck)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return res, fmt.Errorf("pop %s: %w", r.Queue, err)
+		return res, 0, fmt.Errorf("pop %s: %w", r.Queue, err)
+	}
+	// A connection left inside a transaction by an error is destroyed by
+	// the pool on release, never reused.
+	defer conn.Release()
+	// BEGIN travels with the pop: one round trip, then COMMIT or ROLLBACK.
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(popSQL, ids.group, partition, r.Partitions, r.Batch, leaseSeconds, r.AutoAck)
+	br := conn.SendBatch(ctx, &b)
+	headerBytes, err := readPop(br, r, ids, &res)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return res, 0, fmt.Errorf("pop %s: %w", r.Queue, err)
+	}
+	size = resultBound(res, headerBytes)
+	end := "COMMIT"
+	if size > maxBytes {
+		end = "ROLLBACK"
+	}
+	if _, err := conn.Exec(ctx, end); err != nil {
+		return res, 0, fmt.Errorf("pop %s: %s: %w", r.Queue, strings.ToLower(end), err)
+	}
+	return res, size, nil
+}
+
+// readPop reads the rows of queenside.pop into res and returns the bytes of
+// stored headers seen.
+func readPop(br pgx.BatchResults, r PopRequest, ids groupIDs, res *protocol.PopResult) (headerBytes int, err error) {
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return 0, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return 0, err
 	}
 	defer rows.Close()
 	lastPartition := int64(-1)
@@ -88,7 +157,7 @@ func (s *Store) pop(ctx context.Context, r PopRequest) (protocol.PopResult, erro
 		)
 		if err := rows.Scan(&pid, &pname, &lease, &from, &to, &expires, &attempts,
 			&m.Offset, &mid, &m.TransactionID, &payload, &m.CommittedAt, &trace, &headers, &redelivered); err != nil {
-			return res, fmt.Errorf("pop %s: %w", r.Queue, err)
+			return headerBytes, err
 		}
 		if pid != lastPartition {
 			lastPartition, leaseID = pid, ""
@@ -107,14 +176,12 @@ func (s *Store) pop(ctx context.Context, r PopRequest) (protocol.PopResult, erro
 			m.TraceID = *trace
 		}
 		if hasHeaders = headers != nil; hasHeaders {
+			headerBytes += len(headers)
 			if err := msgpack.Unmarshal(headers, &m.Headers); err != nil {
-				return res, fmt.Errorf("pop %s: stored headers of offset %d: %w", r.Queue, m.Offset, err)
+				return headerBytes, fmt.Errorf("stored headers of offset %d: %w", m.Offset, err)
 			}
 		}
 		res.Messages = append(res.Messages, m)
 	}
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("pop %s: %w", r.Queue, err)
-	}
-	return res, nil
+	return headerBytes, rows.Err()
 }
