@@ -18,6 +18,10 @@ func (s *Server) toProtocolError(err error) *protocol.Error {
 		return pe
 	case errors.Is(err, context.DeadlineExceeded):
 		return protocol.Errorf(protocol.CodeDeadlineExceeded, "%v", err)
+	case errors.Is(err, context.Canceled):
+		// The client hung up (or the sidecar is closing): no one will read
+		// this answer, and it is no failure of ours.
+		return protocol.Errorf(protocol.CodeUnavailable, "request canceled")
 	case errors.Is(err, store.ErrQueueNotFound):
 		return protocol.Errorf(protocol.CodeNotFound, "%v", err)
 	case errors.Is(err, store.ErrMessageTooLarge):

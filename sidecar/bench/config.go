@@ -1,0 +1,191 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// Scenario names, in the order Run runs them.
+const (
+	ScenarioPush       = "push"
+	ScenarioPopAck     = "popack"
+	ScenarioAutoAck    = "autoack"
+	ScenarioMixed      = "mixed"
+	ScenarioLatency    = "latency"
+	ScenarioPartitions = "partitions"
+	ScenarioFanout     = "fanout"
+)
+
+// Scenarios returns every scenario name in the order Run runs them. The
+// order is fixed, not the one asked for, because popack and autoack consume
+// the backlog push leaves.
+func Scenarios() []string {
+	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioMixed,
+		ScenarioLatency, ScenarioPartitions, ScenarioFanout}
+}
+
+// Config is everything a run is told. The JSON names are the command's flag
+// names, so the report records exactly the flags a run had.
+type Config struct {
+	// DatabaseURL uses an existing database instead of starting PostgreSQL.
+	DatabaseURL string `json:"database-url"`
+	// Socket uses a running sidecar instead of starting one.
+	Socket string `json:"socket"`
+	// SidecarPID lets the CPU and memory of a sidecar given by Socket be read.
+	SidecarPID int `json:"sidecar-pid"`
+	// SidecarBinary is executed as `serve` when the sidecar is started here;
+	// "" means this program's own binary.
+	SidecarBinary string `json:"sidecar-binary"`
+	// Out is where the JSON report is written; "" writes none.
+	Out       string   `json:"out"`
+	Scenarios []string `json:"scenarios"`
+
+	Messages      int `json:"messages"`       // push, partitions; and the backlog of popack and autoack
+	PayloadBytes  int `json:"payload-bytes"`  // every message; the first 8 bytes carry the push time
+	Batch         int `json:"batch"`          // items per push request
+	Partitions    int `json:"partitions"`     // push, and the backlogs
+	Connections   int `json:"connections"`    // push, popack, autoack, partitions, fanout
+	Inflight      int `json:"inflight"`       // sequential workers per connection (requests in flight on it)
+	PopBatch      int `json:"pop-batch"`      // messages per pop
+	PopPartitions int `json:"pop-partitions"` // partitions per pop in popack, autoack, fanout
+
+	MixedDuration      time.Duration `json:"mixed-duration"`
+	MixedRate          int           `json:"mixed-rate"` // messages/s over all producers; 0 pushes at full speed
+	MixedPartitions    int           `json:"mixed-partitions"`
+	MixedProducers     int           `json:"mixed-producers"` // connections
+	MixedConsumers     int           `json:"mixed-consumers"` // connections
+	MixedPopPartitions int           `json:"mixed-pop-partitions"`
+	MixedWaitMs        int           `json:"mixed-wait-ms"`
+
+	LatencyRequests int `json:"latency-requests"`
+	ScalePartitions int `json:"scale-partitions"`
+	FanoutGroups    int `json:"fanout-groups"`
+	FanoutMessages  int `json:"fanout-messages"`
+
+	// StallTimeout ends a consuming scenario that has received nothing for
+	// this long, as an error, instead of waiting forever for lost messages.
+	StallTimeout time.Duration `json:"stall-timeout"`
+
+	// Output receives progress lines and the table; nil means os.Stdout.
+	Output io.Writer `json:"-"`
+	// Logger receives what PostgreSQL start-up and shutdown report; nil
+	// discards it.
+	Logger hclog.Logger `json:"-"`
+}
+
+// DefaultConfig returns the scenarios' standard sizes, those the targets
+// are stated for.
+func DefaultConfig() Config {
+	return Config{
+		Out:                "bench.json",
+		Scenarios:          Scenarios(),
+		Messages:           200_000,
+		PayloadBytes:       200,
+		Batch:              100,
+		Partitions:         10,
+		Connections:        4,
+		Inflight:           1,
+		PopBatch:           100,
+		PopPartitions:      1,
+		MixedDuration:      60 * time.Second,
+		MixedPartitions:    1000,
+		MixedProducers:     4,
+		MixedConsumers:     4,
+		MixedPopPartitions: 10,
+		MixedWaitMs:        1000,
+		LatencyRequests:    5000,
+		ScalePartitions:    10_000,
+		FanoutGroups:       5,
+		FanoutMessages:     100_000,
+		StallTimeout:       30 * time.Second,
+	}
+}
+
+// Validate checks every number against what the protocol accepts.
+func (c Config) Validate() error {
+	for _, s := range c.Scenarios {
+		if !slices.Contains(Scenarios(), s) {
+			return fmt.Errorf("unknown scenario %q (want some of %v)", s, Scenarios())
+		}
+	}
+	if len(c.Scenarios) == 0 {
+		return fmt.Errorf("no scenario selected")
+	}
+	checks := []struct {
+		name     string
+		v, lo, hi int
+	}{
+		{"messages", c.Messages, 1, 1 << 40},
+		{"payload-bytes", c.PayloadBytes, 8, 1 << 24},
+		{"batch", c.Batch, 1, protocol.MaxPushItems},
+		{"partitions", c.Partitions, 1, 1 << 30},
+		{"connections", c.Connections, 1, 4096},
+		{"inflight", c.Inflight, 1, 256},
+		{"pop-batch", c.PopBatch, 1, protocol.MaxPopBatch},
+		{"pop-partitions", c.PopPartitions, 1, protocol.MaxPopPartitions},
+		{"mixed-rate", c.MixedRate, 0, 1 << 40},
+		{"mixed-partitions", c.MixedPartitions, 1, 1 << 30},
+		{"mixed-producers", c.MixedProducers, 1, 4096},
+		{"mixed-consumers", c.MixedConsumers, 1, 4096},
+		{"mixed-pop-partitions", c.MixedPopPartitions, 1, protocol.MaxPopPartitions},
+		{"mixed-wait-ms", c.MixedWaitMs, 0, protocol.MaxWaitMs},
+		{"latency-requests", c.LatencyRequests, 1, 1 << 40},
+		{"scale-partitions", c.ScalePartitions, 1, 1 << 30},
+		{"fanout-groups", c.FanoutGroups, 1, 1000},
+		{"fanout-messages", c.FanoutMessages, 1, 1 << 40},
+		{"sidecar-pid", c.SidecarPID, 0, 1 << 30},
+	}
+	for _, k := range checks {
+		if k.v < k.lo || k.v > k.hi {
+			return fmt.Errorf("--%s %d: want %d..%d", k.name, k.v, k.lo, k.hi)
+		}
+	}
+	if c.MixedDuration <= 0 {
+		return fmt.Errorf("--mixed-duration %v: want more than 0", c.MixedDuration)
+	}
+	if c.StallTimeout <= 0 {
+		return fmt.Errorf("--stall-timeout %v: want more than 0", c.StallTimeout)
+	}
+	return nil
+}
+
+func (c Config) selected(name string) bool { return slices.Contains(c.Scenarios, name) }
+
+// MarshalJSON writes durations as Go duration strings (the form the flags
+// take) and hides a password in the database URL.
+func (c Config) MarshalJSON() ([]byte, error) {
+	type plain Config // drops this method, so no recursion
+	return json.Marshal(struct {
+		plain
+		DatabaseURL   string `json:"database-url"`
+		MixedDuration string `json:"mixed-duration"`
+		StallTimeout  string `json:"stall-timeout"`
+	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.StallTimeout.String()})
+}
+
+// redactURL hides the password of a connection string, URL or keyword/value.
+func redactURL(conn string) string {
+	if u, err := url.Parse(conn); err == nil && u.Scheme != "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return keywordPassword.ReplaceAllString(conn, "${1}xxxxx")
+}
+
+var keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
