@@ -49,11 +49,11 @@ type partitionBatch struct {
 	indexes []int // positions in the caller's slice, in order
 }
 
-// Push stores msgs in one PostgreSQL transaction, one round trip, and returns
-// an outcome per message in order. Partitions are locked in id order so two
-// pushes can never deadlock. Either every message is decided or, on error,
-// none is stored.
-func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
+// pushTx stores msgs in one PostgreSQL transaction, one round trip, and
+// returns an outcome per message in order. Partitions are locked in id order
+// so two pushes can never deadlock. Either every message is decided or, on
+// error, none is stored.
+func (s *Store) pushTx(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	out, err := s.push(ctx, msgs)
 	if isNoData(err) { // a cached partition is gone
 		s.parts.reset()

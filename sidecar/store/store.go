@@ -21,6 +21,8 @@ type Store struct {
 	parts  idCache[partitionKey, int64]
 	groups idCache[groupKey, groupIDs]
 	trips  *roundTrips
+	pushes chan *pushJob // to the group-commit workers
+	stop   context.CancelFunc
 }
 
 // Open connects to the database at url. It does not migrate; call Migrate.
@@ -39,11 +41,17 @@ func Open(ctx context.Context, url string, log hclog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return &Store{pool: pool, log: log, trips: trips}, nil
+	workers, stop := context.WithCancel(context.Background())
+	s := &Store{pool: pool, log: log, trips: trips, pushes: make(chan *pushJob, pushQueueDepth), stop: stop}
+	s.runPushers(workers)
+	return s, nil
 }
 
-// Close releases every connection.
-func (s *Store) Close() { s.pool.Close() }
+// Close stops the push workers and releases every connection.
+func (s *Store) Close() {
+	s.stop()
+	s.pool.Close()
+}
 
 // Migrate applies pending migrations under the shared advisory lock.
 func (s *Store) Migrate(ctx context.Context) ([]int, error) {
