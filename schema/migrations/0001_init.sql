@@ -106,12 +106,17 @@ BEGIN
           FROM unnest(p_hashes, p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers)
                WITH ORDINALITY AS t (hash, mid, txid, payload, trace, hdr, ord)
     ), stored AS (
-        SELECT d.hash, d.msg_offset, d.message_id, d.committed_at
-          FROM queenside.dedup d
-         WHERE v_window > 0
-           AND d.partition_id = p_partition
-           AND d.hash = ANY (p_hashes)
-           AND d.committed_at > v_at - make_interval(secs => v_window)
+        -- One index probe per distinct hash. Written as a lateral lookup so
+        -- that no cached generic plan can turn it into a scan of the whole
+        -- partition's hashes, which would make a push cost grow with the
+        -- partition.
+        SELECT h.hash, d.msg_offset, d.message_id, d.committed_at
+          FROM (SELECT DISTINCT x AS hash FROM unnest(p_hashes) x WHERE v_window > 0) h
+         CROSS JOIN LATERAL (
+               SELECT d.msg_offset, d.message_id, d.committed_at FROM queenside.dedup d
+                WHERE d.partition_id = p_partition AND d.hash = h.hash
+                LIMIT 1) d
+         WHERE d.committed_at > v_at - make_interval(secs => v_window)
     ), judged AS (
         SELECT i.*,
                s.hash IS NOT NULL AS is_stored,
