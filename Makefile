@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/queenside/queenside/sidecar.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test test-go lint fuzz clean
+.PHONY: help build run test test-go lint fuzz bench clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -32,6 +32,9 @@ fuzz: ## fuzz the frame and envelope decoders for a while (FUZZTIME=30s each)
 	$(GO) test ./protocol -run XXX -fuzz FuzzReadFrame -fuzztime $(or $(FUZZTIME),30s)
 	$(GO) test ./protocol -run XXX -fuzz FuzzDecodeRequest -fuzztime $(or $(FUZZTIME),30s)
 	$(GO) test ./protocol -run XXX -fuzz FuzzDecodeArgs -fuzztime $(or $(FUZZTIME),30s)
+
+bench: build ## measure throughput, latency, CPU and memory with a throwaway PostgreSQL and sidecar (writes bench.json)
+	./$(BIN) bench
 
 clean: ## remove build output (not ./.queenside, which holds the dev database)
 	rm -rf bin

@@ -121,10 +121,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("no scenario selected")
 	}
 	checks := []struct {
-		name     string
+		name      string
 		v, lo, hi int
 	}{
-		{"messages", c.Messages, 1, 1 << 40},
+		{"messages", c.Messages, 1, 1 << 30},
 		{"payload-bytes", c.PayloadBytes, 8, 1 << 24},
 		{"batch", c.Batch, 1, protocol.MaxPushItems},
 		{"partitions", c.Partitions, 1, 1 << 30},
@@ -132,16 +132,16 @@ func (c Config) Validate() error {
 		{"inflight", c.Inflight, 1, 256},
 		{"pop-batch", c.PopBatch, 1, protocol.MaxPopBatch},
 		{"pop-partitions", c.PopPartitions, 1, protocol.MaxPopPartitions},
-		{"mixed-rate", c.MixedRate, 0, 1 << 40},
+		{"mixed-rate", c.MixedRate, 0, 1 << 30},
 		{"mixed-partitions", c.MixedPartitions, 1, 1 << 30},
 		{"mixed-producers", c.MixedProducers, 1, 4096},
 		{"mixed-consumers", c.MixedConsumers, 1, 4096},
 		{"mixed-pop-partitions", c.MixedPopPartitions, 1, protocol.MaxPopPartitions},
 		{"mixed-wait-ms", c.MixedWaitMs, 0, protocol.MaxWaitMs},
-		{"latency-requests", c.LatencyRequests, 1, 1 << 40},
+		{"latency-requests", c.LatencyRequests, 1, 1 << 30},
 		{"scale-partitions", c.ScalePartitions, 1, 1 << 30},
 		{"fanout-groups", c.FanoutGroups, 1, 1000},
-		{"fanout-messages", c.FanoutMessages, 1, 1 << 40},
+		{"fanout-messages", c.FanoutMessages, 1, 1 << 30},
 		{"sidecar-pid", c.SidecarPID, 0, 1 << 30},
 	}
 	for _, k := range checks {

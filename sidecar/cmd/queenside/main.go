@@ -25,6 +25,7 @@ func main() {
 			ackCommand(),
 			statsCommand(),
 			healthCommand(),
+			benchCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

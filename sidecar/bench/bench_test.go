@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/queenside/queenside/sidecar/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestEveryScenario runs the whole instrument at tiny sizes against a real
+// sidecar child and PostgreSQL, so it cannot rot. It checks correctness
+// only; speed depends on the machine and is never asserted.
+func TestEveryScenario(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "queenside")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/queenside").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cfg := DefaultConfig()
+	cfg.DatabaseURL = pgtest.NewDatabase(t)
+	cfg.SidecarBinary = bin
+	cfg.Out = filepath.Join(t.TempDir(), "bench.json")
+	cfg.Messages = 2000
+	cfg.MixedDuration = 2 * time.Second
+	cfg.MixedPartitions = 100
+	cfg.LatencyRequests = 100
+	cfg.ScalePartitions = 200
+	cfg.FanoutGroups = 2
+	cfg.FanoutMessages = 1000
+	var out bytes.Buffer
+	cfg.Output = &out
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	if len(rep.Scenarios) != len(Scenarios()) {
+		t.Fatalf("%d scenarios reported, want %d", len(rep.Scenarios), len(Scenarios()))
+	}
+	for i, r := range rep.Scenarios {
+		if r.Name != Scenarios()[i] {
+			t.Errorf("scenario %d is %s, want %s", i, r.Name, Scenarios()[i])
+		}
+		if r.Failed || r.Errors != 0 {
+			t.Errorf("%s: failed %v with %d errors: %v", r.Name, r.Failed, r.Errors, r.ErrorSamples)
+		}
+		if r.MsgsPerSec <= 0 || r.Latency == nil {
+			t.Errorf("%s: %v msg/s, latency %v", r.Name, r.MsgsPerSec, r.Latency)
+		}
+		// The sidecar is a child here, so its CPU and memory are known.
+		if r.SidecarCPUSeconds == nil || r.SidecarPeakRSSBytes == nil {
+			t.Errorf("%s: sidecar cpu %v, rss %v: unknown for a child process", r.Name, r.SidecarCPUSeconds, r.SidecarPeakRSSBytes)
+		}
+	}
+	byName := map[string]Result{}
+	for _, r := range rep.Scenarios {
+		byName[r.Name] = r
+	}
+	// Each scenario moved what it was asked to.
+	for name, want := range map[string]int64{
+		ScenarioPush: 2000, ScenarioPopAck: 2000, ScenarioAutoAck: 2000,
+		ScenarioLatency: 100, ScenarioPartitions: 2000, ScenarioFanout: 2 * 1000,
+	} {
+		if got := byName[name].Messages; got != want {
+			t.Errorf("%s moved %d messages, want %d", name, got, want)
+		}
+	}
+	for _, name := range []string{ScenarioPopAck, ScenarioAutoAck, ScenarioMixed, ScenarioFanout} {
+		if d := byName[name].Delivery; d == nil || d.Count == 0 {
+			t.Errorf("%s: no push-to-delivery latency", name)
+		}
+	}
+	if p := rep.Conditions.Postgres; p == nil || p.Version == "" || p.Fsync == "" || p.SynchronousCommit == "" {
+		t.Errorf("PostgreSQL conditions not recorded: %+v", p)
+	}
+
+	raw, err := os.ReadFile(cfg.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Conditions map[string]any   `json:"conditions"`
+		Flags      map[string]any   `json:"flags"`
+		Scenarios  []map[string]any `json:"scenarios"`
+		Failed     bool             `json:"failed"`
+	}
+	if err := json.Unmarshal(raw, &parsed); err != nil {
+		t.Fatalf("the JSON report does not parse: %v\n%s", err, raw)
+	}
+	if len(parsed.Scenarios) != len(Scenarios()) || parsed.Failed || parsed.Flags["mixed-duration"] != "2s" {
+		t.Errorf("JSON report: %d scenarios, failed %v, flags %v", len(parsed.Scenarios), parsed.Failed, parsed.Flags)
+	}
+}
+
+// TestNoSidecar checks that a sidecar that is not there fails the run
+// instead of producing numbers.
+func TestNoSidecar(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Socket = filepath.Join(t.TempDir(), "none.sock")
+	cfg.Out = ""
+	cfg.Output = &bytes.Buffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := Run(ctx, cfg); err == nil {
+		t.Fatal("Run against a missing sidecar succeeded")
+	}
+}

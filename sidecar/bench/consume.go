@@ -1,0 +1,203 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	queenside "github.com/queenside/queenside/clients/go"
+)
+
+// backlog is a queue holding messages for the consuming scenarios.
+type backlog struct {
+	queue    string
+	messages int64  // queued, and so to be consumed by each group
+	prep     *tally // the unmeasured push that made it; nil when push made it
+}
+
+// group is one consumer group draining a backlog, shared by its workers.
+type group struct {
+	name     string
+	target   int64
+	consumed atomic.Int64
+	progress atomic.Int64 // UnixNano of the last delivery, for the stall guard
+	stalled  atomic.Bool
+}
+
+// scenarioPopAck drains the backlog with leased pops, acking every message
+// completed in one ack call per pop.
+func (b *bench) scenarioPopAck(ctx context.Context) Result {
+	return b.consumeScenario(ctx, ScenarioPopAck, false)
+}
+
+// scenarioAutoAck drains the same backlog, in another group, with autoAck.
+func (b *bench) scenarioAutoAck(ctx context.Context) Result {
+	return b.consumeScenario(ctx, ScenarioAutoAck, true)
+}
+
+func (b *bench) consumeScenario(ctx context.Context, name string, autoAck bool) Result {
+	r := Result{Name: name}
+	bl, err := b.ensureBacklog(ctx)
+	if err != nil {
+		r.setupFailed(err)
+		return r
+	}
+	if bl.prep != nil {
+		r.inherit("preparation push", bl.prep)
+	}
+	b.drain(ctx, &r, bl, []string{name}, autoAck)
+	return r
+}
+
+// scenarioFanout pushes a fresh backlog (unmeasured) and lets several
+// groups drain it at once, each group with its own workers on the shared
+// connections; its rate counts deliveries over all groups.
+func (b *bench) scenarioFanout(ctx context.Context) Result {
+	r := Result{Name: ScenarioFanout}
+	bl, err := b.prepareBacklog(ctx, ScenarioFanout, int64(b.cfg.FanoutMessages))
+	if err != nil {
+		r.setupFailed(err)
+		return r
+	}
+	r.inherit("preparation push", bl.prep)
+	names := make([]string, b.cfg.FanoutGroups)
+	for i := range names {
+		names[i] = "fanout-" + strconv.Itoa(i)
+	}
+	b.drain(ctx, &r, bl, names, false)
+	return r
+}
+
+// ensureBacklog returns what push left, or makes an equal backlog when
+// push did not run in this invocation.
+func (b *bench) ensureBacklog(ctx context.Context) (*backlog, error) {
+	if b.backlog == nil {
+		bl, err := b.prepareBacklog(ctx, "backlog", int64(b.cfg.Messages))
+		if err != nil {
+			return nil, err
+		}
+		b.backlog = bl
+	}
+	return b.backlog, nil
+}
+
+// prepareBacklog pushes n messages over cfg.Partitions into a fresh queue,
+// outside any measurement.
+func (b *bench) prepareBacklog(ctx context.Context, name string, n int64) (*backlog, error) {
+	queue := b.queue(name)
+	conns, done, err := dial(ctx, b.socket, b.cfg.Connections)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := configure(ctx, conns[0], queue); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(b.out, "  (preparing: pushing %d messages to %s, not measured)\n", n, queue)
+	t := b.pushAll(ctx, conns, b.newBatcher(queue, name, b.cfg.Partitions), n)
+	return &backlog{queue: queue, messages: t.messages, prep: t}, nil
+}
+
+// drain measures groups consuming the whole of bl at once: every group has
+// cfg.Inflight workers on each of cfg.Connections connections.
+func (b *bench) drain(ctx context.Context, r *Result, bl *backlog, names []string, autoAck bool) {
+	conns, done, err := dial(ctx, b.socket, b.cfg.Connections)
+	if err != nil {
+		r.setupFailed(err)
+		return
+	}
+	defer done()
+	groups := make([]*group, len(names))
+	now := time.Now().UnixNano()
+	for i, n := range names {
+		groups[i] = &group{name: n, target: bl.messages}
+		groups[i].progress.Store(now)
+	}
+	m := b.probe.start()
+	// Workers are laid out group by group, so each group has its workers
+	// spread over every connection.
+	all := make([]*queenside.Client, 0, len(conns)*len(groups))
+	for range groups {
+		all = append(all, conns...)
+	}
+	t := workers(all, b.cfg.Inflight, func(w int, c *queenside.Client, t *tally) {
+		g := groups[(w%len(all))/len(conns)]
+		args := queenside.PopArgs{Queue: bl.queue, Group: g.name, Batch: b.cfg.PopBatch,
+			Partitions: b.cfg.PopPartitions, AutoAck: autoAck}
+		b.drainWorker(ctx, c, t, g, args)
+	})
+	m.stop(r)
+	if autoAck {
+		r.absorb(t, "pop")
+	} else {
+		r.absorb(t, "pop", "ack")
+	}
+}
+
+// drainWorker pops without waiting until its group has consumed the whole
+// backlog. An empty pop (every partition with messages left is leased by
+// another worker) yields for a millisecond rather than spinning.
+func (b *bench) drainWorker(ctx context.Context, c *queenside.Client, t *tally, g *group, args queenside.PopArgs) {
+	for g.consumed.Load() < g.target && ctx.Err() == nil && !g.stalled.Load() {
+		if idle := time.Since(time.Unix(0, g.progress.Load())); idle > b.cfg.StallTimeout {
+			if g.stalled.CompareAndSwap(false, true) {
+				t.failf("group %s stalled: nothing delivered for %v, %d of %d messages consumed",
+					g.name, idle.Round(time.Second), g.consumed.Load(), g.target)
+			}
+			return
+		}
+		n := popAndAck(ctx, c, t, args)
+		if n == 0 {
+			t.emptyPops++
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		g.consumed.Add(int64(n))
+		g.progress.Store(time.Now().UnixNano())
+	}
+}
+
+// popAndAck pops once and, unless args.AutoAck, acks every message
+// completed in a single call. It returns how many messages were delivered.
+func popAndAck(ctx context.Context, c *queenside.Client, t *tally, args queenside.PopArgs) int {
+	start := time.Now()
+	res, err := c.Pop(ctx, args)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.took("pop", start)
+			t.failf("pop: %v", err)
+			time.Sleep(10 * time.Millisecond) // do not spin on a failing sidecar
+		}
+		return 0
+	}
+	t.took("pop", start)
+	t.delivered(res.Messages, time.Now())
+	if args.AutoAck || len(res.Messages) == 0 {
+		return len(res.Messages)
+	}
+	items := make([]queenside.AckItem, len(res.Messages))
+	for i, msg := range res.Messages {
+		items[i] = queenside.Completed(msg)
+	}
+	start = time.Now()
+	ack, err := c.Ack(ctx, items...)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.took("ack", start)
+			t.failf("ack: %v", err)
+		}
+		return len(res.Messages)
+	}
+	t.took("ack", start)
+	if len(ack.Results) != len(items) {
+		t.failf("ack: %d results for %d items", len(ack.Results), len(items))
+	}
+	for _, ir := range ack.Results {
+		if !ir.Success {
+			t.failf("ack item %d: %s", ir.Index, ir.Code)
+		}
+	}
+	return len(res.Messages)
+}

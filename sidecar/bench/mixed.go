@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	queenside "github.com/queenside/queenside/clients/go"
+)
+
+// scenarioMixed runs producers and consumers at once over many partitions
+// for cfg.MixedDuration: the steady state of a live queue. Its rate is what
+// the consumers received; push-to-delivery latency shows whether they keep
+// up, since a growing backlog shows up in it directly.
+func (b *bench) scenarioMixed(ctx context.Context) Result {
+	r := Result{Name: ScenarioMixed}
+	queue := b.queue(ScenarioMixed)
+	producers, doneP, err := b.prepare(ctx, &r, queue, b.cfg.MixedProducers)
+	if err != nil {
+		return r
+	}
+	defer doneP()
+	consumers, doneC, err := dial(ctx, b.socket, b.cfg.MixedConsumers)
+	if err != nil {
+		r.setupFailed(err)
+		return r
+	}
+	defer doneC()
+
+	bt := b.newBatcher(queue, ScenarioMixed, b.cfg.MixedPartitions)
+	m := b.probe.start()
+	end := time.Now().Add(b.cfg.MixedDuration)
+	var pushed, consumed *tally
+	var wg sync.WaitGroup
+	wg.Go(func() { pushed = b.produce(ctx, producers, bt, end) })
+	wg.Go(func() {
+		args := queenside.PopArgs{Queue: queue, Group: ScenarioMixed, Batch: b.cfg.PopBatch,
+			Partitions: b.cfg.MixedPopPartitions}
+		consumed = workers(consumers, b.cfg.Inflight, func(_ int, c *queenside.Client, t *tally) {
+			consumeUntil(ctx, c, t, args, b.cfg.MixedWaitMs, end)
+		})
+	})
+	wg.Wait()
+	m.stop(&r)
+	// The producers' queued items are "pushed"; messages are deliveries.
+	pushed.pushed, pushed.messages = pushed.messages, 0
+	r.absorb(pushed.merge(consumed), "push")
+	return r
+}
+
+// produce pushes batches from every producer worker until end, at full
+// speed or, with cfg.MixedRate, each worker at its share of that rate.
+// Messages are numbered across workers so partitions are used in turn.
+func (b *bench) produce(ctx context.Context, conns []*queenside.Client, bt batcher, end time.Time) *tally {
+	var next atomic.Int64
+	batch := int64(b.cfg.Batch)
+	var interval time.Duration // between one worker's batches; 0 is full speed
+	if b.cfg.MixedRate > 0 {
+		perWorker := float64(b.cfg.MixedRate) / float64(len(conns)*b.cfg.Inflight)
+		interval = time.Duration(float64(batch) / perWorker * float64(time.Second))
+	}
+	return workers(conns, b.cfg.Inflight, func(w int, c *queenside.Client, t *tally) {
+		start := time.Now()
+		for i := 0; ctx.Err() == nil; i++ {
+			if interval > 0 {
+				// Paced against the start, not the last push, so a slow
+				// push is caught up rather than lowering the rate.
+				if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+					time.Sleep(min(wait, time.Until(end)))
+				}
+			}
+			if !time.Now().Before(end) {
+				return
+			}
+			from := next.Add(batch) - batch
+			t.messages += pushOnce(ctx, c, t, bt.items(w, from, batch))
+		}
+	})
+}
+
+// consumeUntil long-polls and acks until end. The last wait is cut to what
+// is left, so the consumers stop with the producers.
+func consumeUntil(ctx context.Context, c *queenside.Client, t *tally, args queenside.PopArgs, waitMs int, end time.Time) {
+	for ctx.Err() == nil {
+		left := time.Until(end)
+		if left < time.Millisecond {
+			return
+		}
+		args.WaitMs = min(waitMs, int(left/time.Millisecond))
+		if popAndAck(ctx, c, t, args) == 0 {
+			t.emptyPops++
+			if args.WaitMs == 0 {
+				time.Sleep(time.Millisecond) // no long-poll asked for: do not spin
+			}
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// bench is one run: its settings, the sidecar it drives, and what earlier
+// scenarios left for later ones.
+type bench struct {
+	cfg     Config
+	runID   string
+	out     io.Writer
+	socket  string
+	probe   *probe
+	pay     payloads
+	backlog *backlog // push's queue, consumed by popack and autoack
+}
+
+// queue names a scenario's queue; the run id makes it unique, so a run
+// against a shared database never meets an earlier run's messages.
+func (b *bench) queue(scenario string) string { return "bench-" + b.runID + "-" + scenario }
+
+// scenarioFuncs maps names to scenarios; Scenarios() gives the order.
+var scenarioFuncs = map[string]func(*bench, context.Context) Result{
+	ScenarioPush:       (*bench).scenarioPush,
+	ScenarioPopAck:     (*bench).scenarioPopAck,
+	ScenarioAutoAck:    (*bench).scenarioAutoAck,
+	ScenarioMixed:      (*bench).scenarioMixed,
+	ScenarioLatency:    (*bench).scenarioLatency,
+	ScenarioPartitions: (*bench).scenarioPartitions,
+	ScenarioFanout:     (*bench).scenarioFanout,
+}
+
+// Run sets up what cfg asks for, runs the selected scenarios, prints a line
+// for each as it ends and a table at the end, writes the JSON report, and
+// stops what it started. It returns an error, after printing everything,
+// when a scenario failed or the run was interrupted.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.SidecarBinary == "" && cfg.Socket == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the sidecar binary: %w", err)
+		}
+		cfg.SidecarBinary = exe
+	}
+	out := cfg.Output
+	if out == nil {
+		out = os.Stdout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	pay, err := newPayloads(cfg.PayloadBytes)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{RunID: newRunID(), StartedAt: time.Now().UTC(), Config: cfg}
+
+	env, err := setup(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := env.close(); err != nil {
+			log.Error("cleaning up", "error", err)
+			fmt.Fprintf(out, "cleaning up: %v\n", err)
+		}
+	}()
+	rep.Conditions = conditions(env, cfg)
+	b := &bench{cfg: cfg, runID: rep.RunID, out: out, socket: env.socket, probe: env.probe, pay: pay}
+
+	printHeader(out, rep)
+	var gone error
+	for _, name := range Scenarios() {
+		if !cfg.selected(name) || ctx.Err() != nil {
+			continue
+		}
+		if gone = env.sidecarGone(); gone != nil {
+			break
+		}
+		fmt.Fprintf(out, "%s ...\n", name)
+		r := scenarioFuncs[name](b, ctx)
+		r.Interrupted = ctx.Err() != nil
+		r.finish()
+		rep.Scenarios = append(rep.Scenarios, r)
+		printLine(out, r)
+	}
+	failed := 0
+	for _, r := range rep.Scenarios {
+		if r.Failed {
+			failed++
+		}
+	}
+	rep.Failed = failed > 0 || gone != nil || ctx.Err() != nil
+	printTable(out, rep)
+	if failed > 0 {
+		if tail := env.sidecarLog(); tail != "" {
+			fmt.Fprintf(out, "\nthe sidecar logged:\n%s\n", tail)
+		}
+	}
+	if cfg.Out != "" {
+		if err := rep.write(cfg.Out); err != nil {
+			return rep, fmt.Errorf("write %s: %w", cfg.Out, err)
+		}
+		fmt.Fprintf(out, "\nwrote %s\n", cfg.Out)
+	}
+	switch {
+	case gone != nil:
+		return rep, gone
+	case ctx.Err() != nil:
+		return rep, fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	case failed > 0:
+		return rep, errors.New(plural(failed, "scenario") + " failed")
+	}
+	return rep, nil
+}
+
+// conditions gathers the facts of the run that do not change during it.
+func conditions(env *environment, cfg Config) Conditions {
+	cores, model, mem := machine()
+	c := Conditions{
+		Cores: cores, CPUModel: model, MemoryBytes: mem,
+		GoVersion: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
+		ClockTicks:      int64(env.probe.hz),
+		SidecarVersion:  env.version,
+		SidecarStarted:  env.child != nil,
+		PostgresStarted: env.pg != nil,
+		Postgres:        env.pgInfo,
+	}
+	if env.probe.sidecarPID > 0 {
+		c.SidecarPID = ptr(env.probe.sidecarPID)
+	}
+	if env.probe.postmasterPID > 0 {
+		c.PostmasterPID = ptr(env.probe.postmasterPID)
+	}
+	return c
+}
+
+// newRunID is sortable by time and unique among runs started the same
+// second.
+func newRunID() string {
+	b := make([]byte, 2)
+	rand.Read(b)
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// What is printed for people. "?" is a figure that could not be observed,
+// "-" one that does not apply to the scenario.
+
+func printHeader(w io.Writer, rep *Report) {
+	c := rep.Conditions
+	fmt.Fprintf(w, "queenside bench, run %s\n", rep.RunID)
+	fmt.Fprintf(w, "machine:  %d cores (%s), %.1f GiB, %s, %s\n",
+		c.Cores, c.CPUModel, float64(c.MemoryBytes)/(1<<30), c.OSArch, c.GoVersion)
+	if p := c.Postgres; p != nil {
+		fmt.Fprintf(w, "postgres: %s, fsync %s, synchronous_commit %s, shared_buffers %s (%s)\n",
+			p.Version, p.Fsync, p.SynchronousCommit, p.Settings["shared_buffers"], started(c.PostgresStarted))
+	} else {
+		fmt.Fprintln(w, "postgres: unknown (no --database-url)")
+	}
+	fmt.Fprintf(w, "sidecar:  version %s (%s)\n\n", c.SidecarVersion, started(c.SidecarStarted))
+}
+
+func started(byBench bool) string {
+	if byBench {
+		return "started by bench"
+	}
+	return "given"
+}
+
+// printLine reports a scenario as soon as it ends, so a long run shows
+// progress.
+func printLine(w io.Writer, r Result) {
+	fmt.Fprintf(w, "%s: %s messages in %.2f s, %s msg/s, %s",
+		r.Name, thousands(float64(r.Messages)), r.Seconds, thousands(r.MsgsPerSec), verdict(r))
+	if r.Errors > 0 {
+		fmt.Fprintf(w, " (%s)", plural(int(r.Errors), "error"))
+	}
+	if r.Pushed > 0 { // mixed: whether the consumers kept up
+		fmt.Fprintf(w, "; producers pushed %s (%s msg/s)", thousands(float64(r.Pushed)), thousands(r.PushedPerSec))
+	}
+	fmt.Fprintln(w)
+	for _, s := range r.ErrorSamples {
+		fmt.Fprintf(w, "  error: %s\n", s)
+	}
+}
+
+func verdict(r Result) string {
+	switch {
+	case r.Interrupted:
+		return "INTERRUPTED"
+	case r.Failed:
+		return "FAILED"
+	}
+	return "ok"
+}
+
+func printTable(w io.Writer, rep *Report) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tstatus\tmessages\tseconds\tmsg/s\treq p50 ms\treq p99 ms\treq max ms\t"+
+		"deliv p50 ms\tdeliv p99 ms\tsidecar cpu s\tpg cpu s\tbench cpu s\tmsg/cpu-s\tsidecar rss MB\terrors\t")
+	for _, r := range rep.Scenarios {
+		cols := []string{
+			r.Name, verdict(r), thousands(float64(r.Messages)), fmt.Sprintf("%.2f", r.Seconds), thousands(r.MsgsPerSec),
+		}
+		p50, p99, maxMs := latencyCols(r.Latency)
+		d50, d99, _ := latencyCols(r.Delivery)
+		cols = append(cols, p50, p99, maxMs, d50, d99,
+			opt(r.SidecarCPUSeconds, "%.2f"), opt(r.PostgresCPUSeconds, "%.2f"), opt(r.BenchCPUSeconds, "%.2f"),
+			optRate(r.MsgsPerCPUSecond), rss(r.SidecarPeakRSSBytes), strconv.FormatInt(r.Errors, 10))
+		fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
+	}
+	tw.Flush()
+	fmt.Fprint(w, `
+req:       latency of the requests that make the scenario: push for push, mixed (producers), latency and
+           partitions; pop and ack for popack and fanout; pop for autoack (per operation in the JSON)
+deliv:     push time written in the payload to the end of the pop that returned the message; over a
+           backlog (popack, autoack, fanout) this includes how long the message waited in it
+cpu:       utime+stime from /proc during the measured part; pg is the postmaster and all its processes
+msg/cpu-s: messages per CPU second of sidecar and PostgreSQL together
+rss:       the sidecar's VmHWM: its peak since it started, not only in that scenario
+?          unknown: the process could not be observed; -  does not apply
+`)
+}
+
+func latencyCols(s *LatencySummary) (p50, p99, maxMs string) {
+	if s == nil {
+		return "-", "-", "-"
+	}
+	return fmt.Sprintf("%.2f", s.P50Ms), fmt.Sprintf("%.2f", s.P99Ms), fmt.Sprintf("%.2f", s.MaxMs)
+}
+
+func opt(v *float64, format string) string {
+	if v == nil {
+		return "?"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+func optRate(v *float64) string {
+	if v == nil {
+		return "?"
+	}
+	return thousands(*v)
+}
+
+func rss(v *int64) string {
+	if v == nil {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f", float64(*v)/(1<<20))
+}
+
+// thousands rounds v and groups its digits: 123456.7 is "123,457".
+func thousands(v float64) string {
+	s := strconv.FormatInt(int64(v+0.5), 10)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

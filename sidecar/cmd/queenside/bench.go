@@ -1,0 +1,96 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/queenside/queenside/sidecar/bench"
+)
+
+// benchCommand maps flags onto bench.Config; the defaults are the
+// package's, so flags and library cannot drift apart.
+func benchCommand() *cli.Command {
+	d := bench.DefaultConfig()
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "measure throughput, latency, CPU and memory; starts its own PostgreSQL and sidecar unless given them",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "database-url", Usage: "use this database instead of starting PostgreSQL"},
+			&cli.StringFlag{Name: "socket", Usage: "use the sidecar on this socket instead of starting one"},
+			&cli.IntFlag{Name: "sidecar-pid", Usage: "process id of the sidecar given by --socket, to read its CPU and memory"},
+			&cli.StringFlag{Name: "sidecar-binary", Usage: "binary to run as the sidecar (default: this one)"},
+			&cli.StringFlag{Name: "out", Value: d.Out, Usage: "write the results as JSON here (empty: none)"},
+			&cli.StringFlag{Name: "scenarios", Value: strings.Join(d.Scenarios, ","), Usage: "comma-separated scenarios to run"},
+			&cli.IntFlag{Name: "messages", Value: d.Messages, Usage: "messages of push and partitions, and the backlog of popack and autoack"},
+			&cli.IntFlag{Name: "payload-bytes", Value: d.PayloadBytes, Usage: "payload size (at least 8: the push time)"},
+			&cli.IntFlag{Name: "batch", Value: d.Batch, Usage: "items per push request"},
+			&cli.IntFlag{Name: "partitions", Value: d.Partitions, Usage: "partitions of push and of the backlogs"},
+			&cli.IntFlag{Name: "connections", Value: d.Connections, Usage: "connections of push, popack, autoack, partitions and fanout"},
+			&cli.IntFlag{Name: "inflight", Value: d.Inflight, Usage: "requests each worker connection keeps in flight"},
+			&cli.IntFlag{Name: "pop-batch", Value: d.PopBatch, Usage: "messages per pop"},
+			&cli.IntFlag{Name: "pop-partitions", Value: d.PopPartitions, Usage: "partitions per pop of popack, autoack and fanout"},
+			&cli.DurationFlag{Name: "mixed-duration", Value: d.MixedDuration, Usage: "how long mixed runs"},
+			&cli.IntFlag{Name: "mixed-rate", Value: d.MixedRate, Usage: "messages/s the mixed producers push together (0: full speed)"},
+			&cli.IntFlag{Name: "mixed-partitions", Value: d.MixedPartitions, Usage: "partitions of mixed"},
+			&cli.IntFlag{Name: "mixed-producers", Value: d.MixedProducers, Usage: "producer connections of mixed"},
+			&cli.IntFlag{Name: "mixed-consumers", Value: d.MixedConsumers, Usage: "consumer connections of mixed"},
+			&cli.IntFlag{Name: "mixed-pop-partitions", Value: d.MixedPopPartitions, Usage: "partitions per pop of mixed"},
+			&cli.IntFlag{Name: "mixed-wait-ms", Value: d.MixedWaitMs, Usage: "long-poll wait of the mixed consumers"},
+			&cli.IntFlag{Name: "latency-requests", Value: d.LatencyRequests, Usage: "single-message pushes of latency"},
+			&cli.IntFlag{Name: "scale-partitions", Value: d.ScalePartitions, Usage: "partitions of the partitions scenario"},
+			&cli.IntFlag{Name: "fanout-groups", Value: d.FanoutGroups, Usage: "consumer groups of fanout"},
+			&cli.IntFlag{Name: "fanout-messages", Value: d.FanoutMessages, Usage: "backlog each fanout group consumes"},
+			&cli.DurationFlag{Name: "stall-timeout", Value: d.StallTimeout, Usage: "fail a consuming scenario that receives nothing for this long"},
+		}, logFlags()...),
+		Action: runBench,
+	}
+}
+
+func runBench(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	var scenarios []string
+	for s := range strings.SplitSeq(c.String("scenarios"), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			scenarios = append(scenarios, s)
+		}
+	}
+	cfg := bench.Config{
+		DatabaseURL:        c.String("database-url"),
+		Socket:             c.String("socket"),
+		SidecarPID:         c.Int("sidecar-pid"),
+		SidecarBinary:      c.String("sidecar-binary"),
+		Out:                c.String("out"),
+		Scenarios:          scenarios,
+		Messages:           c.Int("messages"),
+		PayloadBytes:       c.Int("payload-bytes"),
+		Batch:              c.Int("batch"),
+		Partitions:         c.Int("partitions"),
+		Connections:        c.Int("connections"),
+		Inflight:           c.Int("inflight"),
+		PopBatch:           c.Int("pop-batch"),
+		PopPartitions:      c.Int("pop-partitions"),
+		MixedDuration:      c.Duration("mixed-duration"),
+		MixedRate:          c.Int("mixed-rate"),
+		MixedPartitions:    c.Int("mixed-partitions"),
+		MixedProducers:     c.Int("mixed-producers"),
+		MixedConsumers:     c.Int("mixed-consumers"),
+		MixedPopPartitions: c.Int("mixed-pop-partitions"),
+		MixedWaitMs:        c.Int("mixed-wait-ms"),
+		LatencyRequests:    c.Int("latency-requests"),
+		ScalePartitions:    c.Int("scale-partitions"),
+		FanoutGroups:       c.Int("fanout-groups"),
+		FanoutMessages:     c.Int("fanout-messages"),
+		StallTimeout:       c.Duration("stall-timeout"),
+		Logger:             log,
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	if _, err := bench.Run(ctx, cfg); err != nil {
+		return exitError("bench: %v", err)
+	}
+	return nil
+}
