@@ -9,6 +9,7 @@ import (
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
 )
 
 func TestDuplicateAnswersTheOriginalAndWritesNothing(t *testing.T) {
@@ -188,6 +189,38 @@ func TestIdentityIsTheStored128BitHash(t *testing.T) {
 		}
 		if stored != [16]byte(sum[:16]) || offset != 0 {
 			t.Fatalf("queue %s: stored hash %x at %d, want %x at 0", q, stored, offset, sum[:16])
+		}
+	}
+}
+
+// A batch mixing new messages with a duplicate: the new ones take the next
+// offsets without a gap, and their hashes name those offsets.
+func TestDuplicateInsideABatchLeavesNoGap(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	orig := mustPush(t, c, item(t, "q", "p", "A", 1), item(t, "q", "p", "B", 2))
+	res := mustPush(t, c, item(t, "q", "p", "C", 3), item(t, "q", "p", "A", 4), item(t, "q", "p", "D", 5), item(t, "q", "p", "C", 6))
+	want := []struct {
+		status string
+		offset int64
+	}{{protocol.StatusQueued, 2}, {protocol.StatusDuplicate, 0}, {protocol.StatusQueued, 3}, {protocol.StatusDuplicate, 2}}
+	for i, w := range want {
+		if res[i].Status != w.status || *res[i].Offset != w.offset {
+			t.Fatalf("item %d: %s at %d, want %s at %d", i, res[i].Status, *res[i].Offset, w.status, w.offset)
+		}
+	}
+	if res[1].MessageID != orig[0].MessageID || !res[1].CommittedAt.Equal(orig[0].CommittedAt) || res[3].MessageID != res[0].MessageID {
+		t.Fatalf("duplicates name %s and %s, want %s and %s", res[1].MessageID, res[3].MessageID, orig[0].MessageID, res[0].MessageID)
+	}
+	msgs := checkGapless(t, storedMessages(t, ts.pool, "q", "p"), 4)
+	for tx, off := range map[string]int64{"A": 0, "B": 1, "C": 2, "D": 3} {
+		if msgs[tx].Offset != off {
+			t.Fatalf("%s stored at %d, want %d", tx, msgs[tx].Offset, off)
+		}
+		var hashOffset int64
+		if err := ts.pool.QueryRow(testContext(t), "SELECT msg_offset FROM queenside.dedup WHERE hash = $1",
+			[16]byte(store.TransactionHash(tx))).Scan(&hashOffset); err != nil || hashOffset != off {
+			t.Fatalf("the hash of %s names offset %d (%v), want %d", tx, hashOffset, err, off)
 		}
 	}
 }

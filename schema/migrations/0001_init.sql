@@ -64,27 +64,53 @@ CREATE TABLE queenside.dedup (
     PRIMARY KEY (partition_id, hash)
 );
 
--- push stores one batch of messages in one partition, in array order, and
--- reports a verdict per input position. Inside the partition row lock it
--- probes the stored hashes within the queue's window, then allocates offsets
--- only for messages that are neither stored duplicates nor repeats of an
--- earlier item of the same batch (first wins). A duplicate writes nothing.
+-- push stores one batch of messages in one partition, in array order. Under
+-- the partition row lock it decides, for each message, whether it is new or
+-- a duplicate of a message stored inside the queue's window, allocates the
+-- next offsets to the new ones in order, and writes them as one segment. A
+-- duplicate writes nothing.
+--
+-- p_leaders is NULL when no transaction id repeats inside the batch (the
+-- caller knows, from the batch alone); otherwise p_leaders[i] is the
+-- position of the first message with message i's hash. With deduplication
+-- on, a repeat is a duplicate of that first message (first wins); with it
+-- off, every message is stored.
+--
+-- The answer is one row: the first offset allocated and the commit time
+-- (new messages take consecutive offsets from base_offset, in order), and
+-- the positions of the messages found stored already, with their originals.
+--
+-- The common case, no repeat and nothing stored already, costs one index
+-- insertion per message: the insert into dedup is itself the probe (ON
+-- CONFLICT ... WHERE outside the window), and the segment is the input
+-- arrays as they are. Anything else takes the general path.
 CREATE FUNCTION queenside.push(
     p_partition       bigint,
     p_hashes          uuid[],
+    p_leaders         integer[],
     p_message_ids     uuid[],
     p_transaction_ids text[],
     p_payloads        bytea[],
     p_trace_ids       text[],
-    p_headers         bytea[]
-) RETURNS TABLE (idx integer, duplicate boolean, msg_offset bigint, message_id uuid, committed_at timestamptz)
+    p_headers         bytea[],
+    OUT base_offset      bigint,
+    OUT committed_at     timestamptz,
+    OUT dedup_on         boolean,
+    OUT dup_positions    integer[],
+    OUT dup_offsets      bigint[],
+    OUT dup_message_ids  uuid[],
+    OUT dup_committed_at timestamptz[]
+)
 LANGUAGE plpgsql AS $$
 DECLARE
+    n        integer := cardinality(p_hashes);
     v_next   bigint;
     v_last   timestamptz;
     v_window integer;
     v_queue  text;
     v_at     timestamptz;
+    v_cutoff timestamptz;
+    v_count  integer := -1; -- messages stored; -1 until known
 BEGIN
     SELECT p.next_offset, p.last_committed_at, q.dedup_window_seconds, q.name
       INTO v_next, v_last, v_window, v_queue
@@ -99,78 +125,103 @@ BEGIN
     -- Read the clock only once the lock is held, and never behind the last
     -- commit, so commit times never decrease with offset.
     v_at := greatest(clock_timestamp(), v_last);
+    v_cutoff := v_at - make_interval(secs => v_window);
+    base_offset := v_next;
+    committed_at := v_at;
+    dedup_on := v_window > 0;
 
-    RETURN QUERY
-    WITH input AS (
-        SELECT t.ord::integer AS idx, t.hash, t.mid, t.txid, t.payload, t.trace, t.hdr
-          FROM unnest(p_hashes, p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers)
-               WITH ORDINALITY AS t (hash, mid, txid, payload, trace, hdr, ord)
-    ), stored AS (
-        -- One index probe per distinct hash. Written as a lateral lookup so
-        -- that no cached generic plan can turn it into a scan of the whole
-        -- partition's hashes, which would make a push cost grow with the
-        -- partition.
-        SELECT h.hash, d.msg_offset, d.message_id, d.committed_at
-          FROM (SELECT DISTINCT x AS hash FROM unnest(p_hashes) x WHERE v_window > 0) h
-         CROSS JOIN LATERAL (
-               SELECT d.msg_offset, d.message_id, d.committed_at FROM queenside.dedup d
-                WHERE d.partition_id = p_partition AND d.hash = h.hash
-                LIMIT 1) d
-         WHERE d.committed_at > v_at - make_interval(secs => v_window)
-    ), judged AS (
-        SELECT i.*,
-               s.hash IS NOT NULL AS is_stored,
-               s.msg_offset AS s_offset, s.message_id AS s_mid, s.committed_at AS s_at,
-               CASE WHEN v_window > 0 THEN min(i.idx) OVER (PARTITION BY i.hash) ELSE i.idx END AS leader
-          FROM input i
-          LEFT JOIN stored s ON s.hash = i.hash
-    ), fresh AS (
-        SELECT j.idx, j.hash, j.mid, j.txid, j.payload, j.trace, j.hdr,
-               v_next + row_number() OVER (ORDER BY j.idx) - 1 AS off
-          FROM judged j
-         WHERE NOT j.is_stored AND j.leader = j.idx
-    ), seg AS (
+    IF NOT dedup_on THEN
+        -- Off means off: every message is stored, and a hash names the
+        -- latest message that has it.
+        INSERT INTO queenside.dedup AS d (partition_id, hash, msg_offset, message_id, committed_at)
+        SELECT DISTINCT ON (u.h) p_partition, u.h, v_next + u.o - 1, u.m, v_at
+          FROM unnest(p_hashes, p_message_ids) WITH ORDINALITY AS u (h, m, o)
+         ORDER BY u.h, u.o DESC
+        ON CONFLICT (partition_id, hash) DO UPDATE
+           SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, committed_at = excluded.committed_at;
+        v_count := n;
+    ELSIF p_leaders IS NULL THEN
+        -- Tentatively every message is new. A hash stored inside the
+        -- window is left alone (and not counted); one outside it is taken over.
+        INSERT INTO queenside.dedup AS d (partition_id, hash, msg_offset, message_id, committed_at)
+        SELECT p_partition, u.h, v_next + u.o - 1, u.m, v_at
+          FROM unnest(p_hashes, p_message_ids) WITH ORDINALITY AS u (h, m, o)
+        ON CONFLICT (partition_id, hash) DO UPDATE
+           SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, committed_at = excluded.committed_at
+         WHERE d.committed_at <= v_cutoff;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+    END IF;
+
+    IF v_count = n THEN -- every message is new, in input order
         INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
                                         message_ids, transaction_ids, payloads, trace_ids, headers)
-        SELECT p_partition, max(f.off), min(f.off), v_at,
-               array_agg(f.mid ORDER BY f.off),
-               array_agg(f.txid ORDER BY f.off),
+        VALUES (p_partition, v_next + n - 1, v_next, v_at,
+                p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
+    ELSE
+        v_count := queenside.push_general(p_partition, v_next, v_at, v_cutoff, p_hashes, p_leaders,
+                                          p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
+        -- The messages stored already, with their originals.
+        SELECT array_agg(u.o ORDER BY u.o), array_agg(d.msg_offset ORDER BY u.o),
+               array_agg(d.message_id ORDER BY u.o), array_agg(d.committed_at ORDER BY u.o)
+          INTO dup_positions, dup_offsets, dup_message_ids, dup_committed_at
+          FROM unnest(p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (h, l, o)
+         CROSS JOIN LATERAL (
+               SELECT d.msg_offset, d.message_id, d.committed_at FROM queenside.dedup d
+                WHERE d.partition_id = p_partition AND d.hash = u.h AND d.msg_offset < v_next
+                LIMIT 1) d
+         WHERE coalesce(u.l, u.o) = u.o;
+    END IF;
+
+    IF v_count > 0 THEN
+        UPDATE queenside.partitions p SET next_offset = v_next + v_count, last_committed_at = v_at
+         WHERE p.id = p_partition;
+        -- Wake the pops waiting on this queue, on every sidecar. Delivered at
+        -- commit; identical notifications of one transaction fold into one.
+        PERFORM queenside.wake(v_queue);
+    END IF;
+END;
+$$;
+
+-- push_general is push's path for batches with repeats inside them, or with
+-- messages stored already (inside the window): it keeps the first message
+-- of each hash that is not stored already, gives those the next offsets in
+-- order, records their hashes, writes their segment, and returns how many
+-- it stored. A tentative hash row that push wrote (offset >= p_next) is
+-- rewritten with the final offset; an original (offset < p_next) is kept.
+CREATE FUNCTION queenside.push_general(
+    p_partition bigint, p_next bigint, p_at timestamptz, p_cutoff timestamptz,
+    p_hashes uuid[], p_leaders integer[], p_message_ids uuid[], p_transaction_ids text[],
+    p_payloads bytea[], p_trace_ids text[], p_headers bytea[]
+) RETURNS integer
+LANGUAGE sql AS $$
+    WITH fresh AS (
+        SELECT u.o, u.h, u.m, u.txid, u.payload, u.trace, u.hdr,
+               p_next + row_number() OVER (ORDER BY u.o) - 1 AS off
+          FROM unnest(p_hashes, coalesce(p_leaders, '{}'), p_message_ids, p_transaction_ids,
+                      p_payloads, p_trace_ids, p_headers)
+               WITH ORDINALITY AS u (h, l, m, txid, payload, trace, hdr, o)
+         WHERE coalesce(u.l, u.o) = u.o
+           AND NOT EXISTS (SELECT 1 FROM queenside.dedup d
+                            WHERE d.partition_id = p_partition AND d.hash = u.h
+                              AND d.msg_offset < p_next AND d.committed_at > p_cutoff)
+    ), hashes AS (
+        INSERT INTO queenside.dedup AS d (partition_id, hash, msg_offset, message_id, committed_at)
+        SELECT p_partition, f.h, f.off, f.m, p_at FROM fresh f
+        ON CONFLICT (partition_id, hash) DO UPDATE
+           SET msg_offset = excluded.msg_offset, message_id = excluded.message_id,
+               committed_at = excluded.committed_at
+    ), segment AS (
+        INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
+                                        message_ids, transaction_ids, payloads, trace_ids, headers)
+        SELECT p_partition, max(f.off), min(f.off), p_at,
+               array_agg(f.m ORDER BY f.off), array_agg(f.txid ORDER BY f.off),
                array_agg(f.payload ORDER BY f.off),
                CASE WHEN bool_or(f.trace IS NOT NULL) THEN array_agg(f.trace ORDER BY f.off) END,
                CASE WHEN bool_or(f.hdr IS NOT NULL) THEN array_agg(f.hdr ORDER BY f.off) END
           FROM fresh f
         HAVING count(*) > 0
-    ), hashes AS (
-        -- Outside the window (or with deduplication off) a repeat is a new
-        -- message, and the hash now names it.
-        INSERT INTO queenside.dedup AS d (partition_id, hash, msg_offset, message_id, committed_at)
-        SELECT DISTINCT ON (f.hash) p_partition, f.hash, f.off, f.mid, v_at
-          FROM fresh f
-         ORDER BY f.hash, f.off DESC
-        ON CONFLICT (partition_id, hash) DO UPDATE
-           SET msg_offset = excluded.msg_offset,
-               message_id = excluded.message_id,
-               committed_at = excluded.committed_at
-    ), advance AS (
-        UPDATE queenside.partitions p
-           SET next_offset = v_next + (SELECT count(*) FROM fresh),
-               last_committed_at = v_at
-         WHERE p.id = p_partition AND EXISTS (SELECT 1 FROM fresh)
     )
-    SELECT j.idx,
-           f.idx IS NULL,
-           CASE WHEN j.is_stored THEN j.s_offset ELSE coalesce(f.off, l.off) END,
-           CASE WHEN j.is_stored THEN j.s_mid ELSE coalesce(f.mid, l.mid) END,
-           CASE WHEN j.is_stored THEN j.s_at ELSE v_at END
-      FROM judged j
-      LEFT JOIN fresh f ON f.idx = j.idx
-      LEFT JOIN fresh l ON l.idx = j.leader
-     ORDER BY j.idx;
-
-    -- Wake the pops waiting on this queue, on every sidecar. Delivered at
-    -- commit; identical notifications of one transaction fold into one.
-    PERFORM queenside.wake(v_queue);
-END;
+    SELECT count(*)::integer FROM fresh
 $$;
 
 -- Consumer groups, cursors, leases, dead letters.

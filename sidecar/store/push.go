@@ -39,14 +39,17 @@ func TransactionHash(transactionID string) uuid.UUID {
 	return uuid.UUID(sum[:16])
 }
 
-const pushSQL = `SELECT idx, duplicate, msg_offset, message_id, committed_at
-FROM queenside.push($1, $2, $3, $4, $5, $6, $7)`
+const pushSQL = `SELECT base_offset, committed_at, dedup_on, dup_positions, dup_offsets, dup_message_ids, dup_committed_at
+FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // partitionBatch is the part of a push that goes to one partition.
 type partitionBatch struct {
 	key     partitionKey
 	id      int64
 	indexes []int // positions in the caller's slice, in order
+	// leaders[j] is the position (from 1) of the first message of the batch
+	// with message j's hash; nil when no hash repeats.
+	leaders []int32
 }
 
 // pushTx stores msgs in one PostgreSQL transaction, one round trip, and
@@ -74,7 +77,7 @@ func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	out := make([]Outcome, len(msgs))
 	br := s.pool.SendBatch(ctx, &b)
 	for _, pb := range batches {
-		if err := readOutcomes(br, pb, out); err != nil {
+		if err := readOutcomes(br, pb, msgs, out); err != nil {
 			br.Close()
 			return nil, fmt.Errorf("push to %s/%s: %w", pb.key.queue, pb.key.partition, err)
 		}
@@ -116,9 +119,24 @@ func pushArgs(pb *partitionBatch, msgs []Message) []any {
 	payloads := make([][]byte, n)
 	var traces []*string
 	var headers [][]byte
+	first := make(map[[16]byte]int32, n)
 	for j, i := range pb.indexes {
 		m := &msgs[i]
 		hashes[j] = TransactionHash(m.TransactionID)
+		if lead, seen := first[hashes[j]]; seen {
+			if pb.leaders == nil {
+				pb.leaders = make([]int32, n)
+				for k := range j {
+					pb.leaders[k] = int32(k + 1)
+				}
+			}
+			pb.leaders[j] = lead
+		} else {
+			first[hashes[j]] = int32(j + 1)
+			if pb.leaders != nil {
+				pb.leaders[j] = int32(j + 1)
+			}
+		}
 		ids[j] = m.MessageID
 		txids[j] = m.TransactionID
 		payloads[j] = m.Payload
@@ -135,29 +153,45 @@ func pushArgs(pb *partitionBatch, msgs []Message) []any {
 			headers[j] = m.Headers
 		}
 	}
-	return []any{pb.id, hashes, ids, txids, payloads, traces, headers}
+	return []any{pb.id, hashes, pb.leaders, ids, txids, payloads, traces, headers}
 }
 
-func readOutcomes(br pgx.BatchResults, pb *partitionBatch, out []Outcome) error {
-	rows, err := br.Query()
-	if err != nil {
+// readOutcomes turns push's one-row answer into an outcome per message:
+// new messages took consecutive offsets from the base, in order; a message
+// found stored already is a duplicate of its original; with deduplication
+// on, a repeat inside the batch is a duplicate of the first message with
+// its hash, whatever became of that one.
+func readOutcomes(br pgx.BatchResults, pb *partitionBatch, msgs []Message, out []Outcome) error {
+	var (
+		base     int64
+		at       time.Time
+		dedupOn  bool
+		dupPos   []int32
+		dupOffs  []int64
+		dupMids  [][16]byte
+		dupTimes []time.Time
+	)
+	if err := br.QueryRow().Scan(&base, &at, &dedupOn, &dupPos, &dupOffs, &dupMids, &dupTimes); err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			idx int32
-			o   Outcome
-			mid [16]byte
-		)
-		if err := rows.Scan(&idx, &o.Duplicate, &o.Offset, &mid, &o.CommittedAt); err != nil {
-			return err
-		}
-		if idx < 1 || int(idx) > len(pb.indexes) {
-			return fmt.Errorf("push returned position %d of %d", idx, len(pb.indexes))
-		}
-		o.MessageID = mid
-		out[pb.indexes[idx-1]] = o
+	stored := make(map[int32]int, len(dupPos)) // position -> index in the dup arrays
+	for k, p := range dupPos {
+		stored[p] = k
 	}
-	return rows.Err()
+	next := base
+	for j, i := range pb.indexes {
+		pos := int32(j + 1)
+		if dedupOn && pb.leaders != nil && pb.leaders[j] != pos {
+			out[i] = out[pb.indexes[pb.leaders[j]-1]]
+			out[i].Duplicate = true
+			continue
+		}
+		if k, ok := stored[pos]; ok && dedupOn {
+			out[i] = Outcome{Duplicate: true, Offset: dupOffs[k], MessageID: dupMids[k], CommittedAt: dupTimes[k]}
+			continue
+		}
+		out[i] = Outcome{Offset: next, MessageID: msgs[i].MessageID, CommittedAt: at}
+		next++
+	}
+	return nil
 }
