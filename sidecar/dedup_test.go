@@ -224,3 +224,40 @@ func TestDuplicateInsideABatchLeavesNoGap(t *testing.T) {
 		}
 	}
 }
+
+// One request across partitions and queues with different windows: each
+// partition follows its own queue's rule, and offsets stay gapless in each.
+func TestMixedRequestAcrossPartitionsAndWindows(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	configure(t, c, "off", func(o *protocol.QueueOptions) { o.DedupWindowSeconds = 0 })
+	first := mustPush(t, c, item(t, "q", "p1", "A", 0))[0]
+	res := mustPush(t, c,
+		item(t, "q", "p1", "A", 1),  // stored already: duplicate
+		item(t, "q", "p2", "X", 2),  // new
+		item(t, "off", "p", "X", 3), // new
+		item(t, "off", "p", "X", 4), // repeat, but deduplication is off: stored
+		item(t, "q", "p2", "X", 5),  // repeat inside the request: duplicate of item 1
+		item(t, "q", "p1", "B", 6),  // new, after the duplicate: no gap
+	)
+	want := []struct {
+		status string
+		offset int64
+	}{
+		{protocol.StatusDuplicate, 0}, {protocol.StatusQueued, 0}, {protocol.StatusQueued, 0},
+		{protocol.StatusQueued, 1}, {protocol.StatusDuplicate, 0}, {protocol.StatusQueued, 1},
+	}
+	for i, w := range want {
+		if res[i].Status != w.status || *res[i].Offset != w.offset {
+			t.Fatalf("item %d: %s at %d, want %s at %d", i, res[i].Status, *res[i].Offset, w.status, w.offset)
+		}
+	}
+	if res[0].MessageID != first.MessageID || res[4].MessageID != res[1].MessageID {
+		t.Fatal("duplicates do not name their originals")
+	}
+	checkGapless(t, storedMessages(t, ts.pool, "q", "p1"), 2)
+	checkGapless(t, storedMessages(t, ts.pool, "q", "p2"), 1)
+	if n := len(storedMessages(t, ts.pool, "off", "p")); n != 2 {
+		t.Fatalf("the queue without deduplication stored %d, want both", n)
+	}
+}

@@ -64,28 +64,34 @@ CREATE TABLE queenside.dedup (
     PRIMARY KEY (partition_id, hash)
 );
 
--- push stores one batch of messages in one partition, in array order. Under
--- the partition row lock it decides, for each message, whether it is new or
--- a duplicate of a message stored inside the queue's window, allocates the
--- next offsets to the new ones in order, and writes them as one segment. A
--- duplicate writes nothing.
+-- push stores the messages of one transaction, in any number of partitions,
+-- in array order. Under the row locks of those partitions it decides, for
+-- each message, whether it is new or a duplicate of a message stored inside
+-- its queue's window, gives the new ones the next offsets of their
+-- partition in order, and writes one segment per partition. A duplicate
+-- writes nothing.
 --
--- p_leaders is NULL when no transaction id repeats inside the batch (the
--- caller knows, from the batch alone); otherwise p_leaders[i] is the
--- position of the first message with message i's hash. With deduplication
--- on, a repeat is a duplicate of that first message (first wins); with it
--- off, every message is stored.
+-- p_ids lists the partitions (distinct, in id order) and p_counts how many
+-- messages each has; p_partitions gives each message's partition.
+-- p_leaders is NULL when no transaction id repeats inside a partition of
+-- the call (the caller knows, from the call alone); otherwise p_leaders[i]
+-- is the position of the first message with message i's partition and
+-- hash. With deduplication on, a repeat is a duplicate of that first
+-- message (first wins); with it off, every message is stored.
 --
--- The answer is one row: the first offset allocated and the commit time
--- (new messages take consecutive offsets from base_offset, in order), and
--- the positions of the messages found stored already, with their originals.
+-- The answer is one row: the commit time, each partition's first offset
+-- allocated (new messages take consecutive offsets from it, in order) and
+-- whether its queue deduplicates, and the positions of the messages found
+-- stored already, with their originals.
 --
 -- The common case, no repeat and nothing stored already, costs one index
--- insertion per message: the insert into dedup is itself the probe (ON
--- CONFLICT ... WHERE outside the window), and the segment is the input
--- arrays as they are. Anything else takes the general path.
+-- insertion per message and one segment row per partition: the insert into
+-- dedup is itself the probe (ON CONFLICT ... WHERE outside the window).
+-- Anything else takes the general path.
 CREATE FUNCTION queenside.push(
-    p_partition       bigint,
+    p_ids             bigint[],
+    p_counts          integer[],
+    p_partitions      bigint[],
     p_hashes          uuid[],
     p_leaders         integer[],
     p_message_ids     uuid[],
@@ -93,9 +99,9 @@ CREATE FUNCTION queenside.push(
     p_payloads        bytea[],
     p_trace_ids       text[],
     p_headers         bytea[],
-    OUT base_offset      bigint,
     OUT committed_at     timestamptz,
-    OUT dedup_on         boolean,
+    OUT bases            bigint[],
+    OUT dedup_on         boolean[],
     OUT dup_positions    integer[],
     OUT dup_offsets      bigint[],
     OUT dup_message_ids  uuid[],
@@ -103,125 +109,149 @@ CREATE FUNCTION queenside.push(
 )
 LANGUAGE plpgsql AS $$
 DECLARE
-    n        integer := cardinality(p_hashes);
-    v_next   bigint;
-    v_last   timestamptz;
-    v_window integer;
-    v_queue  text;
-    v_at     timestamptz;
-    v_cutoff timestamptz;
-    v_count  integer := -1; -- messages stored; -1 until known
+    n       integer := cardinality(p_hashes);
+    v_at    timestamptz;
+    v_count integer := -1; -- messages stored; -1 until known
+    v_found integer;
 BEGIN
-    SELECT p.next_offset, p.last_committed_at, q.dedup_window_seconds, q.name
-      INTO v_next, v_last, v_window, v_queue
-      FROM queenside.partitions p
-      JOIN queenside.queues q ON q.id = p.queue_id
-     WHERE p.id = p_partition
-       FOR UPDATE OF p;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'queenside: partition % does not exist', p_partition
+    -- Every partition's row lock, taken in id order so that two pushes can
+    -- never deadlock. The locks serialise offset allocation: they are what
+    -- makes offsets gapless and commit times monotone.
+    SELECT array_agg(l.next_offset ORDER BY l.id), array_agg(l.dedup ORDER BY l.id),
+           max(l.last_committed_at), count(*)
+      INTO bases, dedup_on, v_at, v_found
+      FROM (SELECT p.id, p.next_offset, p.last_committed_at, q.dedup_window_seconds > 0 AS dedup
+              FROM queenside.partitions p
+              JOIN queenside.queues q ON q.id = p.queue_id
+             WHERE p.id = ANY (p_ids)
+             ORDER BY p.id
+               FOR UPDATE OF p) l;
+    IF v_found <> cardinality(p_ids) THEN
+        RAISE EXCEPTION 'queenside: % of % partitions exist', v_found, cardinality(p_ids)
             USING ERRCODE = 'no_data_found';
     END IF;
-    -- Read the clock only once the lock is held, and never behind the last
+    -- Read the clock only once the locks are held, and never behind a last
     -- commit, so commit times never decrease with offset.
-    v_at := greatest(clock_timestamp(), v_last);
-    v_cutoff := v_at - make_interval(secs => v_window);
-    base_offset := v_next;
+    v_at := greatest(clock_timestamp(), v_at);
     committed_at := v_at;
-    dedup_on := v_window > 0;
 
-    IF NOT dedup_on THEN
-        -- Off means off: every message is stored, and a hash names the
-        -- latest message that has it.
+    IF p_leaders IS NULL THEN
+        -- Tentatively every message is new. A hash stored inside its
+        -- window is left alone (and not counted); one outside it, or in a
+        -- queue that does not deduplicate, is taken over.
         INSERT INTO queenside.dedup AS d (partition_id, hash, msg_offset, message_id, committed_at)
-        SELECT DISTINCT ON (u.h) p_partition, u.h, v_next + u.o - 1, u.m, v_at
-          FROM unnest(p_hashes, p_message_ids) WITH ORDINALITY AS u (h, m, o)
-         ORDER BY u.h, u.o DESC
-        ON CONFLICT (partition_id, hash) DO UPDATE
-           SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, committed_at = excluded.committed_at;
-        v_count := n;
-    ELSIF p_leaders IS NULL THEN
-        -- Tentatively every message is new. A hash stored inside the
-        -- window is left alone (and not counted); one outside it is taken over.
-        INSERT INTO queenside.dedup AS d (partition_id, hash, msg_offset, message_id, committed_at)
-        SELECT p_partition, u.h, v_next + u.o - 1, u.m, v_at
-          FROM unnest(p_hashes, p_message_ids) WITH ORDINALITY AS u (h, m, o)
+        SELECT u.pid, u.h, b.base + u.k - 1, u.m, v_at
+          FROM (SELECT x.pid, x.h, x.m, row_number() OVER (PARTITION BY x.pid ORDER BY x.o) AS k
+                  FROM unnest(p_partitions, p_hashes, p_message_ids) WITH ORDINALITY AS x (pid, h, m, o)) u
+          JOIN unnest(p_ids, bases) AS b (id, base) ON b.id = u.pid
         ON CONFLICT (partition_id, hash) DO UPDATE
            SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, committed_at = excluded.committed_at
-         WHERE d.committed_at <= v_cutoff;
+         WHERE d.committed_at <= v_at - (SELECT make_interval(secs => q.dedup_window_seconds)
+                                          FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
+                                         WHERE p.id = d.partition_id);
         GET DIAGNOSTICS v_count = ROW_COUNT;
     END IF;
 
-    IF v_count = n THEN -- every message is new, in input order
-        INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
-                                        message_ids, transaction_ids, payloads, trace_ids, headers)
-        VALUES (p_partition, v_next + n - 1, v_next, v_at,
-                p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
+    IF v_count = n THEN -- every message is new
+        IF cardinality(p_ids) = 1 THEN -- the segment is the input as it is
+            INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
+                                            message_ids, transaction_ids, payloads, trace_ids, headers)
+            VALUES (p_ids[1], bases[1] + n - 1, bases[1], v_at,
+                    p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
+        ELSE
+            INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
+                                            message_ids, transaction_ids, payloads, trace_ids, headers)
+            SELECT u.pid, b.base + count(*) - 1, b.base, v_at,
+                   array_agg(u.m ORDER BY u.o), array_agg(u.txid ORDER BY u.o), array_agg(u.payload ORDER BY u.o),
+                   CASE WHEN bool_or(u.trace IS NOT NULL) THEN array_agg(u.trace ORDER BY u.o) END,
+                   CASE WHEN bool_or(u.hdr IS NOT NULL) THEN array_agg(u.hdr ORDER BY u.o) END
+              FROM unnest(p_partitions, p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers)
+                   WITH ORDINALITY AS u (pid, m, txid, payload, trace, hdr, o)
+              JOIN unnest(p_ids, bases) AS b (id, base) ON b.id = u.pid
+             GROUP BY u.pid, b.base;
+        END IF;
+        UPDATE queenside.partitions p SET next_offset = p.next_offset + c.n, last_committed_at = v_at
+          FROM unnest(p_ids, p_counts) AS c (id, n)
+         WHERE p.id = c.id;
     ELSE
-        v_count := queenside.push_general(p_partition, v_next, v_at, v_cutoff, p_hashes, p_leaders,
-                                          p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
-        -- The messages stored already, with their originals.
+        PERFORM queenside.push_general(v_at, p_ids, bases, p_partitions, p_hashes, p_leaders,
+                                       p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
+        -- The messages stored already, with their originals: hashes that
+        -- still name an offset below their partition's base.
         SELECT array_agg(u.o ORDER BY u.o), array_agg(d.msg_offset ORDER BY u.o),
                array_agg(d.message_id ORDER BY u.o), array_agg(d.committed_at ORDER BY u.o)
           INTO dup_positions, dup_offsets, dup_message_ids, dup_committed_at
-          FROM unnest(p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (h, l, o)
+          FROM unnest(p_partitions, p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (pid, h, l, o)
+          JOIN unnest(p_ids, bases) AS b (id, base) ON b.id = u.pid
          CROSS JOIN LATERAL (
                SELECT d.msg_offset, d.message_id, d.committed_at FROM queenside.dedup d
-                WHERE d.partition_id = p_partition AND d.hash = u.h AND d.msg_offset < v_next
+                WHERE d.partition_id = u.pid AND d.hash = u.h AND d.msg_offset < b.base
                 LIMIT 1) d
          WHERE coalesce(u.l, u.o) = u.o;
     END IF;
 
-    IF v_count > 0 THEN
-        UPDATE queenside.partitions p SET next_offset = v_next + v_count, last_committed_at = v_at
-         WHERE p.id = p_partition;
-        -- Wake the pops waiting on this queue, on every sidecar. Delivered at
-        -- commit; identical notifications of one transaction fold into one.
-        PERFORM queenside.wake(v_queue);
-    END IF;
+    -- Wake the pops waiting on these queues, on every sidecar. Delivered
+    -- at commit; identical notifications of one transaction fold into one.
+    PERFORM queenside.wake(q.name)
+       FROM queenside.queues q
+      WHERE q.id IN (SELECT p.queue_id FROM queenside.partitions p WHERE p.id = ANY (p_ids));
 END;
 $$;
 
--- push_general is push's path for batches with repeats inside them, or with
--- messages stored already (inside the window): it keeps the first message
--- of each hash that is not stored already, gives those the next offsets in
--- order, records their hashes, writes their segment, and returns how many
--- it stored. A tentative hash row that push wrote (offset >= p_next) is
--- rewritten with the final offset; an original (offset < p_next) is kept.
+-- push_general is push's path for calls with repeats inside a partition, or
+-- with messages stored already (inside their window). In each partition it
+-- keeps the messages to store (with deduplication on: the first of each
+-- hash, unless stored already; off: all), gives them the next offsets in
+-- order, records their hashes, writes their segment and advances the
+-- partition. A tentative hash row that push wrote (offset >= base) is
+-- rewritten with the final offset; an original (offset < base) is kept.
 CREATE FUNCTION queenside.push_general(
-    p_partition bigint, p_next bigint, p_at timestamptz, p_cutoff timestamptz,
-    p_hashes uuid[], p_leaders integer[], p_message_ids uuid[], p_transaction_ids text[],
+    p_at timestamptz, p_ids bigint[], p_bases bigint[], p_partitions bigint[], p_hashes uuid[],
+    p_leaders integer[], p_message_ids uuid[], p_transaction_ids text[],
     p_payloads bytea[], p_trace_ids text[], p_headers bytea[]
-) RETURNS integer
+) RETURNS void
 LANGUAGE sql AS $$
-    WITH fresh AS (
-        SELECT u.o, u.h, u.m, u.txid, u.payload, u.trace, u.hdr,
-               p_next + row_number() OVER (ORDER BY u.o) - 1 AS off
-          FROM unnest(p_hashes, coalesce(p_leaders, '{}'), p_message_ids, p_transaction_ids,
+    WITH part AS (
+        SELECT b.id, b.base, q.dedup_window_seconds > 0 AS dedup,
+               p_at - make_interval(secs => q.dedup_window_seconds) AS cutoff
+          FROM unnest(p_ids, p_bases) AS b (id, base)
+          JOIN queenside.partitions p ON p.id = b.id
+          JOIN queenside.queues q ON q.id = p.queue_id
+    ), fresh AS (
+        SELECT u.pid, u.o, u.h, u.m, u.txid, u.payload, u.trace, u.hdr,
+               pt.base + row_number() OVER (PARTITION BY u.pid ORDER BY u.o) - 1 AS off
+          FROM unnest(p_partitions, p_hashes, coalesce(p_leaders, '{}'), p_message_ids, p_transaction_ids,
                       p_payloads, p_trace_ids, p_headers)
-               WITH ORDINALITY AS u (h, l, m, txid, payload, trace, hdr, o)
-         WHERE coalesce(u.l, u.o) = u.o
-           AND NOT EXISTS (SELECT 1 FROM queenside.dedup d
-                            WHERE d.partition_id = p_partition AND d.hash = u.h
-                              AND d.msg_offset < p_next AND d.committed_at > p_cutoff)
+               WITH ORDINALITY AS u (pid, h, l, m, txid, payload, trace, hdr, o)
+          JOIN part pt ON pt.id = u.pid
+         WHERE NOT pt.dedup
+            OR (coalesce(u.l, u.o) = u.o
+                AND NOT EXISTS (SELECT 1 FROM queenside.dedup d
+                                 WHERE d.partition_id = u.pid AND d.hash = u.h
+                                   AND d.msg_offset < pt.base AND d.committed_at > pt.cutoff))
     ), hashes AS (
         INSERT INTO queenside.dedup AS d (partition_id, hash, msg_offset, message_id, committed_at)
-        SELECT p_partition, f.h, f.off, f.m, p_at FROM fresh f
+        SELECT DISTINCT ON (f.pid, f.h) f.pid, f.h, f.off, f.m, p_at
+          FROM fresh f
+         ORDER BY f.pid, f.h, f.off DESC
         ON CONFLICT (partition_id, hash) DO UPDATE
            SET msg_offset = excluded.msg_offset, message_id = excluded.message_id,
                committed_at = excluded.committed_at
-    ), segment AS (
+    ), segments AS (
         INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
                                         message_ids, transaction_ids, payloads, trace_ids, headers)
-        SELECT p_partition, max(f.off), min(f.off), p_at,
+        SELECT f.pid, max(f.off), min(f.off), p_at,
                array_agg(f.m ORDER BY f.off), array_agg(f.txid ORDER BY f.off),
                array_agg(f.payload ORDER BY f.off),
                CASE WHEN bool_or(f.trace IS NOT NULL) THEN array_agg(f.trace ORDER BY f.off) END,
                CASE WHEN bool_or(f.hdr IS NOT NULL) THEN array_agg(f.hdr ORDER BY f.off) END
           FROM fresh f
-        HAVING count(*) > 0
+         GROUP BY f.pid
     )
-    SELECT count(*)::integer FROM fresh
+    UPDATE queenside.partitions p
+       SET next_offset = c.last + 1, last_committed_at = p_at
+      FROM (SELECT f.pid, max(f.off) AS last FROM fresh f GROUP BY f.pid) c
+     WHERE p.id = c.pid
 $$;
 
 -- Consumer groups, cursors, leases, dead letters.

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
 // Message is one item to store, validated and given its identity.
@@ -39,23 +37,12 @@ func TransactionHash(transactionID string) uuid.UUID {
 	return uuid.UUID(sum[:16])
 }
 
-const pushSQL = `SELECT base_offset, committed_at, dedup_on, dup_positions, dup_offsets, dup_message_ids, dup_committed_at
-FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8)`
+const pushSQL = `SELECT committed_at, bases, dedup_on, dup_positions, dup_offsets, dup_message_ids, dup_committed_at
+FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
-// partitionBatch is the part of a push that goes to one partition.
-type partitionBatch struct {
-	key     partitionKey
-	id      int64
-	indexes []int // positions in the caller's slice, in order
-	// leaders[j] is the position (from 1) of the first message of the batch
-	// with message j's hash; nil when no hash repeats.
-	leaders []int32
-}
-
-// pushTx stores msgs in one PostgreSQL transaction, one round trip, and
-// returns an outcome per message in order. Partitions are locked in id order
-// so two pushes can never deadlock. Either every message is decided or, on
-// error, none is stored.
+// pushTx stores msgs in one PostgreSQL transaction, one statement, and
+// returns an outcome per message in order. Either every message is decided
+// or, on error, none is stored.
 func (s *Store) pushTx(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	out, err := s.push(ctx, msgs)
 	if isNoData(err) { // a cached partition is gone
@@ -66,132 +53,146 @@ func (s *Store) pushTx(ctx context.Context, msgs []Message) ([]Outcome, error) {
 }
 
 func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
-	batches, err := s.splitByPartition(ctx, msgs)
+	call, err := s.newPushCall(ctx, msgs)
 	if err != nil {
 		return nil, err
 	}
-	var b pgx.Batch
-	for _, pb := range batches {
-		b.Queue(pushSQL, pushArgs(pb, msgs)...)
+	var r pushReply
+	err = s.pool.QueryRow(ctx, pushSQL, call.args(msgs)...).Scan(
+		&r.at, &r.bases, &r.dedupOn, &r.dupPositions, &r.dupOffsets, &r.dupMessageIDs, &r.dupCommittedAt)
+	if err != nil {
+		return nil, fmt.Errorf("push: %w", err)
 	}
-	out := make([]Outcome, len(msgs))
-	br := s.pool.SendBatch(ctx, &b)
-	for _, pb := range batches {
-		if err := readOutcomes(br, pb, msgs, out); err != nil {
-			br.Close()
-			return nil, fmt.Errorf("push to %s/%s: %w", pb.key.queue, pb.key.partition, err)
-		}
-	}
-	// The batch is one implicit transaction that commits at its end: only a
-	// clean close means the outcomes above are durable.
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("push: commit: %w", err)
-	}
-	return out, nil
+	return call.outcomes(msgs, r)
 }
 
-func (s *Store) splitByPartition(ctx context.Context, msgs []Message) ([]*partitionBatch, error) {
-	byKey := make(map[partitionKey]*partitionBatch)
-	var batches []*partitionBatch
-	for i, m := range msgs {
-		k := partitionKey{m.Queue, m.Partition}
-		pb := byKey[k]
-		if pb == nil {
-			id, err := s.partitionID(ctx, k)
-			if err != nil {
-				return nil, err
+// pushCall is one call of queenside.push: the partitions of the messages,
+// in id order, and which message repeats which inside a partition.
+type pushCall struct {
+	ids        []int64       // distinct partitions, in id order
+	counts     []int32       // messages of each
+	slot       map[int64]int // partition id -> index in ids
+	partitions []int64       // each message's partition
+	hashes     [][16]byte    // each message's identity
+	leaders    []int32       // see queenside.push; nil when nothing repeats
+}
+
+func (s *Store) newPushCall(ctx context.Context, msgs []Message) (*pushCall, error) {
+	c := &pushCall{
+		slot:       make(map[int64]int),
+		partitions: make([]int64, len(msgs)),
+		hashes:     make([][16]byte, len(msgs)),
+	}
+	type firstKey struct {
+		partition int64
+		hash      [16]byte
+	}
+	first := make(map[firstKey]int32, len(msgs))
+	for i := range msgs {
+		id, err := s.partitionID(ctx, partitionKey{msgs[i].Queue, msgs[i].Partition})
+		if err != nil {
+			return nil, err
+		}
+		c.partitions[i] = id
+		if _, ok := c.slot[id]; !ok {
+			c.slot[id] = -1
+			c.ids = append(c.ids, id)
+		}
+		c.hashes[i] = TransactionHash(msgs[i].TransactionID)
+		k := firstKey{id, c.hashes[i]}
+		lead, seen := first[k]
+		if !seen {
+			lead = int32(i + 1)
+			first[k] = lead
+		}
+		if seen && c.leaders == nil {
+			c.leaders = make([]int32, len(msgs))
+			for j := range i {
+				c.leaders[j] = int32(j + 1)
 			}
-			pb = &partitionBatch{key: k, id: id}
-			byKey[k] = pb
-			batches = append(batches, pb)
 		}
-		pb.indexes = append(pb.indexes, i)
+		if c.leaders != nil {
+			c.leaders[i] = lead
+		}
 	}
-	slices.SortFunc(batches, func(a, b *partitionBatch) int { return cmp.Compare(a.id, b.id) })
-	return batches, nil
+	slices.Sort(c.ids)
+	c.counts = make([]int32, len(c.ids))
+	for k, id := range c.ids {
+		c.slot[id] = k
+	}
+	for _, id := range c.partitions {
+		c.counts[c.slot[id]]++
+	}
+	return c, nil
 }
 
-func pushArgs(pb *partitionBatch, msgs []Message) []any {
-	n := len(pb.indexes)
-	hashes := make([][16]byte, n)
+func (c *pushCall) args(msgs []Message) []any {
+	n := len(msgs)
 	ids := make([][16]byte, n)
 	txids := make([]string, n)
 	payloads := make([][]byte, n)
 	var traces []*string
 	var headers [][]byte
-	first := make(map[[16]byte]int32, n)
-	for j, i := range pb.indexes {
+	for i := range msgs {
 		m := &msgs[i]
-		hashes[j] = TransactionHash(m.TransactionID)
-		if lead, seen := first[hashes[j]]; seen {
-			if pb.leaders == nil {
-				pb.leaders = make([]int32, n)
-				for k := range j {
-					pb.leaders[k] = int32(k + 1)
-				}
-			}
-			pb.leaders[j] = lead
-		} else {
-			first[hashes[j]] = int32(j + 1)
-			if pb.leaders != nil {
-				pb.leaders[j] = int32(j + 1)
-			}
-		}
-		ids[j] = m.MessageID
-		txids[j] = m.TransactionID
-		payloads[j] = m.Payload
+		ids[i] = m.MessageID
+		txids[i] = m.TransactionID
+		payloads[i] = m.Payload
 		if m.TraceID != "" {
 			if traces == nil {
 				traces = make([]*string, n)
 			}
-			traces[j] = &m.TraceID
+			traces[i] = &m.TraceID
 		}
 		if m.Headers != nil {
 			if headers == nil {
 				headers = make([][]byte, n)
 			}
-			headers[j] = m.Headers
+			headers[i] = m.Headers
 		}
 	}
-	return []any{pb.id, hashes, pb.leaders, ids, txids, payloads, traces, headers}
+	return []any{c.ids, c.counts, c.partitions, c.hashes, c.leaders, ids, txids, payloads, traces, headers}
 }
 
-// readOutcomes turns push's one-row answer into an outcome per message:
-// new messages took consecutive offsets from the base, in order; a message
-// found stored already is a duplicate of its original; with deduplication
-// on, a repeat inside the batch is a duplicate of the first message with
-// its hash, whatever became of that one.
-func readOutcomes(br pgx.BatchResults, pb *partitionBatch, msgs []Message, out []Outcome) error {
-	var (
-		base     int64
-		at       time.Time
-		dedupOn  bool
-		dupPos   []int32
-		dupOffs  []int64
-		dupMids  [][16]byte
-		dupTimes []time.Time
-	)
-	if err := br.QueryRow().Scan(&base, &at, &dedupOn, &dupPos, &dupOffs, &dupMids, &dupTimes); err != nil {
-		return err
+// pushReply is queenside.push's one-row answer.
+type pushReply struct {
+	at             time.Time
+	bases          []int64 // per partition of the call
+	dedupOn        []bool  // per partition of the call
+	dupPositions   []int32
+	dupOffsets     []int64
+	dupMessageIDs  [][16]byte
+	dupCommittedAt []time.Time
+}
+
+// outcomes turns the answer into an outcome per message: new messages took
+// consecutive offsets of their partition from its base, in order; a
+// message found stored already is a duplicate of its original; with
+// deduplication on, a repeat inside a partition is a duplicate of the first
+// message with its hash, whatever became of that one.
+func (c *pushCall) outcomes(msgs []Message, r pushReply) ([]Outcome, error) {
+	if len(r.bases) != len(c.ids) || len(r.dedupOn) != len(c.ids) {
+		return nil, fmt.Errorf("push: answered %d partitions of %d", len(r.bases), len(c.ids))
 	}
-	stored := make(map[int32]int, len(dupPos)) // position -> index in the dup arrays
-	for k, p := range dupPos {
+	stored := make(map[int32]int, len(r.dupPositions)) // position -> index in the dup arrays
+	for k, p := range r.dupPositions {
 		stored[p] = k
 	}
-	next := base
-	for j, i := range pb.indexes {
-		pos := int32(j + 1)
-		if dedupOn && pb.leaders != nil && pb.leaders[j] != pos {
-			out[i] = out[pb.indexes[pb.leaders[j]-1]]
+	next := slices.Clone(r.bases)
+	out := make([]Outcome, len(msgs))
+	for i := range msgs {
+		slot := c.slot[c.partitions[i]]
+		pos := int32(i + 1)
+		switch k, isStored := stored[pos]; {
+		case r.dedupOn[slot] && c.leaders != nil && c.leaders[i] != pos:
+			out[i] = out[c.leaders[i]-1]
 			out[i].Duplicate = true
-			continue
+		case r.dedupOn[slot] && isStored:
+			out[i] = Outcome{Duplicate: true, Offset: r.dupOffsets[k], MessageID: r.dupMessageIDs[k], CommittedAt: r.dupCommittedAt[k]}
+		default:
+			out[i] = Outcome{Offset: next[slot], MessageID: msgs[i].MessageID, CommittedAt: r.at}
+			next[slot]++
 		}
-		if k, ok := stored[pos]; ok && dedupOn {
-			out[i] = Outcome{Duplicate: true, Offset: dupOffs[k], MessageID: dupMids[k], CommittedAt: dupTimes[k]}
-			continue
-		}
-		out[i] = Outcome{Offset: next, MessageID: msgs[i].MessageID, CommittedAt: at}
-		next++
 	}
-	return nil
+	return out, nil
 }
