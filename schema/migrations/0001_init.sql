@@ -71,8 +71,10 @@ CREATE TABLE queenside.dedup (
 -- partition in order, and writes one segment per partition. A duplicate
 -- writes nothing.
 --
--- p_ids lists the partitions (distinct, in id order) and p_counts how many
--- messages each has; p_partitions gives each message's partition.
+-- The messages come grouped by partition: p_ids lists the partitions
+-- (distinct, in id order), and partition k's messages are positions
+-- p_starts[k] .. p_starts[k]+p_counts[k]-1 of the message arrays, in their
+-- order; p_slots[i] is message i's k.
 -- p_leaders is NULL when no transaction id repeats inside a partition of
 -- the call (the caller knows, from the call alone); otherwise p_leaders[i]
 -- is the position of the first message with message i's partition and
@@ -90,8 +92,9 @@ CREATE TABLE queenside.dedup (
 -- Anything else takes the general path.
 CREATE FUNCTION queenside.push(
     p_ids             bigint[],
+    p_starts          integer[],
     p_counts          integer[],
-    p_partitions      bigint[],
+    p_slots           integer[],
     p_hashes          uuid[],
     p_leaders         integer[],
     p_message_ids     uuid[],
@@ -140,10 +143,8 @@ BEGIN
         -- window is left alone (and not counted); one outside it, or in a
         -- queue that does not deduplicate, is taken over.
         INSERT INTO queenside.dedup AS d (partition_id, hash, msg_offset, message_id, committed_at)
-        SELECT u.pid, u.h, b.base + u.k - 1, u.m, v_at
-          FROM (SELECT x.pid, x.h, x.m, row_number() OVER (PARTITION BY x.pid ORDER BY x.o) AS k
-                  FROM unnest(p_partitions, p_hashes, p_message_ids) WITH ORDINALITY AS x (pid, h, m, o)) u
-          JOIN unnest(p_ids, bases) AS b (id, base) ON b.id = u.pid
+        SELECT p_ids[u.s], u.h, bases[u.s] + (u.o - p_starts[u.s]), u.m, v_at
+          FROM unnest(p_slots, p_hashes, p_message_ids) WITH ORDINALITY AS u (s, h, m, o)
         ON CONFLICT (partition_id, hash) DO UPDATE
            SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, committed_at = excluded.committed_at
          WHERE d.committed_at <= v_at - (SELECT make_interval(secs => q.dedup_window_seconds)
@@ -158,34 +159,32 @@ BEGIN
                                             message_ids, transaction_ids, payloads, trace_ids, headers)
             VALUES (p_ids[1], bases[1] + n - 1, bases[1], v_at,
                     p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
-        ELSE
+        ELSE -- each partition's segment is its run of the input
             INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
                                             message_ids, transaction_ids, payloads, trace_ids, headers)
-            SELECT u.pid, b.base + count(*) - 1, b.base, v_at,
-                   array_agg(u.m ORDER BY u.o), array_agg(u.txid ORDER BY u.o), array_agg(u.payload ORDER BY u.o),
-                   CASE WHEN bool_or(u.trace IS NOT NULL) THEN array_agg(u.trace ORDER BY u.o) END,
-                   CASE WHEN bool_or(u.hdr IS NOT NULL) THEN array_agg(u.hdr ORDER BY u.o) END
-              FROM unnest(p_partitions, p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers)
-                   WITH ORDINALITY AS u (pid, m, txid, payload, trace, hdr, o)
-              JOIN unnest(p_ids, bases) AS b (id, base) ON b.id = u.pid
-             GROUP BY u.pid, b.base;
+            SELECT p_ids[k], bases[k] + p_counts[k] - 1, bases[k], v_at,
+                   p_message_ids[p_starts[k] : p_starts[k] + p_counts[k] - 1],
+                   p_transaction_ids[p_starts[k] : p_starts[k] + p_counts[k] - 1],
+                   p_payloads[p_starts[k] : p_starts[k] + p_counts[k] - 1],
+                   p_trace_ids[p_starts[k] : p_starts[k] + p_counts[k] - 1],
+                   p_headers[p_starts[k] : p_starts[k] + p_counts[k] - 1]
+              FROM generate_subscripts(p_ids, 1) AS k;
         END IF;
         UPDATE queenside.partitions p SET next_offset = p.next_offset + c.n, last_committed_at = v_at
           FROM unnest(p_ids, p_counts) AS c (id, n)
          WHERE p.id = c.id;
     ELSE
-        PERFORM queenside.push_general(v_at, p_ids, bases, p_partitions, p_hashes, p_leaders,
+        PERFORM queenside.push_general(v_at, p_ids, bases, p_slots, p_hashes, p_leaders,
                                        p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
         -- The messages stored already, with their originals: hashes that
         -- still name an offset below their partition's base.
         SELECT array_agg(u.o ORDER BY u.o), array_agg(d.msg_offset ORDER BY u.o),
                array_agg(d.message_id ORDER BY u.o), array_agg(d.committed_at ORDER BY u.o)
           INTO dup_positions, dup_offsets, dup_message_ids, dup_committed_at
-          FROM unnest(p_partitions, p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (pid, h, l, o)
-          JOIN unnest(p_ids, bases) AS b (id, base) ON b.id = u.pid
+          FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (s, h, l, o)
          CROSS JOIN LATERAL (
                SELECT d.msg_offset, d.message_id, d.committed_at FROM queenside.dedup d
-                WHERE d.partition_id = u.pid AND d.hash = u.h AND d.msg_offset < b.base
+                WHERE d.partition_id = p_ids[u.s] AND d.hash = u.h AND d.msg_offset < bases[u.s]
                 LIMIT 1) d
          WHERE coalesce(u.l, u.o) = u.o;
     END IF;
@@ -206,7 +205,7 @@ $$;
 -- partition. A tentative hash row that push wrote (offset >= base) is
 -- rewritten with the final offset; an original (offset < base) is kept.
 CREATE FUNCTION queenside.push_general(
-    p_at timestamptz, p_ids bigint[], p_bases bigint[], p_partitions bigint[], p_hashes uuid[],
+    p_at timestamptz, p_ids bigint[], p_bases bigint[], p_slots integer[], p_hashes uuid[],
     p_leaders integer[], p_message_ids uuid[], p_transaction_ids text[],
     p_payloads bytea[], p_trace_ids text[], p_headers bytea[]
 ) RETURNS void
@@ -220,9 +219,10 @@ LANGUAGE sql AS $$
     ), fresh AS (
         SELECT u.pid, u.o, u.h, u.m, u.txid, u.payload, u.trace, u.hdr,
                pt.base + row_number() OVER (PARTITION BY u.pid ORDER BY u.o) - 1 AS off
-          FROM unnest(p_partitions, p_hashes, coalesce(p_leaders, '{}'), p_message_ids, p_transaction_ids,
-                      p_payloads, p_trace_ids, p_headers)
-               WITH ORDINALITY AS u (pid, h, l, m, txid, payload, trace, hdr, o)
+          FROM (SELECT p_ids[x.s] AS pid, x.*
+                  FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}'), p_message_ids, p_transaction_ids,
+                              p_payloads, p_trace_ids, p_headers)
+                       WITH ORDINALITY AS x (s, h, l, m, txid, payload, trace, hdr, o)) u
           JOIN part pt ON pt.id = u.pid
          WHERE NOT pt.dedup
             OR (coalesce(u.l, u.o) = u.o

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -38,7 +39,7 @@ func TransactionHash(transactionID string) uuid.UUID {
 }
 
 const pushSQL = `SELECT committed_at, bases, dedup_on, dup_positions, dup_offsets, dup_message_ids, dup_committed_at
-FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 // pushTx stores msgs in one PostgreSQL transaction, one statement, and
 // returns an outcome per message in order. Either every message is decided
@@ -66,62 +67,64 @@ func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	return call.outcomes(msgs, r)
 }
 
-// pushCall is one call of queenside.push: the partitions of the messages,
-// in id order, and which message repeats which inside a partition.
+// pushCall is one call of queenside.push. The messages travel grouped by
+// partition, in id order, each partition's in their original order, so
+// that each partition's segment is a slice of the input arrays.
 type pushCall struct {
-	ids        []int64       // distinct partitions, in id order
-	counts     []int32       // messages of each
-	slot       map[int64]int // partition id -> index in ids
-	partitions []int64       // each message's partition
-	hashes     [][16]byte    // each message's identity
-	leaders    []int32       // see queenside.push; nil when nothing repeats
+	order   []int   // call position (from 0) -> index in the caller's slice
+	ids     []int64 // distinct partitions, in id order
+	starts  []int32 // first call position (from 1) of each partition's run
+	counts  []int32 // messages of each partition
+	slots   []int32 // each message's partition, as an index (from 1) into ids
+	hashes  [][16]byte
+	leaders []int32 // see queenside.push; nil when nothing repeats
 }
 
 func (s *Store) newPushCall(ctx context.Context, msgs []Message) (*pushCall, error) {
-	c := &pushCall{
-		slot:       make(map[int64]int),
-		partitions: make([]int64, len(msgs)),
-		hashes:     make([][16]byte, len(msgs)),
-	}
-	type firstKey struct {
-		partition int64
-		hash      [16]byte
-	}
-	first := make(map[firstKey]int32, len(msgs))
+	n := len(msgs)
+	partition := make([]int64, n)
 	for i := range msgs {
 		id, err := s.partitionID(ctx, partitionKey{msgs[i].Queue, msgs[i].Partition})
 		if err != nil {
 			return nil, err
 		}
-		c.partitions[i] = id
-		if _, ok := c.slot[id]; !ok {
-			c.slot[id] = -1
-			c.ids = append(c.ids, id)
+		partition[i] = id
+	}
+	c := &pushCall{order: make([]int, n), slots: make([]int32, n), hashes: make([][16]byte, n)}
+	for i := range c.order {
+		c.order[i] = i
+	}
+	slices.SortStableFunc(c.order, func(a, b int) int { return cmp.Compare(partition[a], partition[b]) })
+
+	type firstKey struct {
+		partition int64
+		hash      [16]byte
+	}
+	first := make(map[firstKey]int32, n)
+	for j, i := range c.order {
+		pos := int32(j + 1)
+		if k := len(c.ids); k == 0 || c.ids[k-1] != partition[i] {
+			c.ids = append(c.ids, partition[i])
+			c.starts = append(c.starts, pos)
+			c.counts = append(c.counts, 0)
 		}
-		c.hashes[i] = TransactionHash(msgs[i].TransactionID)
-		k := firstKey{id, c.hashes[i]}
-		lead, seen := first[k]
+		c.counts[len(c.counts)-1]++
+		c.slots[j] = int32(len(c.ids))
+		c.hashes[j] = TransactionHash(msgs[i].TransactionID)
+		key := firstKey{partition[i], c.hashes[j]}
+		lead, seen := first[key]
 		if !seen {
-			lead = int32(i + 1)
-			first[k] = lead
-		}
-		if seen && c.leaders == nil {
-			c.leaders = make([]int32, len(msgs))
-			for j := range i {
-				c.leaders[j] = int32(j + 1)
+			lead = pos
+			first[key] = pos
+		} else if c.leaders == nil {
+			c.leaders = make([]int32, n)
+			for p := range j {
+				c.leaders[p] = int32(p + 1)
 			}
 		}
 		if c.leaders != nil {
-			c.leaders[i] = lead
+			c.leaders[j] = lead
 		}
-	}
-	slices.Sort(c.ids)
-	c.counts = make([]int32, len(c.ids))
-	for k, id := range c.ids {
-		c.slot[id] = k
-	}
-	for _, id := range c.partitions {
-		c.counts[c.slot[id]]++
 	}
 	return c, nil
 }
@@ -133,25 +136,25 @@ func (c *pushCall) args(msgs []Message) []any {
 	payloads := make([][]byte, n)
 	var traces []*string
 	var headers [][]byte
-	for i := range msgs {
+	for j, i := range c.order {
 		m := &msgs[i]
-		ids[i] = m.MessageID
-		txids[i] = m.TransactionID
-		payloads[i] = m.Payload
+		ids[j] = m.MessageID
+		txids[j] = m.TransactionID
+		payloads[j] = m.Payload
 		if m.TraceID != "" {
 			if traces == nil {
 				traces = make([]*string, n)
 			}
-			traces[i] = &m.TraceID
+			traces[j] = &m.TraceID
 		}
 		if m.Headers != nil {
 			if headers == nil {
 				headers = make([][]byte, n)
 			}
-			headers[i] = m.Headers
+			headers[j] = m.Headers
 		}
 	}
-	return []any{c.ids, c.counts, c.partitions, c.hashes, c.leaders, ids, txids, payloads, traces, headers}
+	return []any{c.ids, c.starts, c.counts, c.slots, c.hashes, c.leaders, ids, txids, payloads, traces, headers}
 }
 
 // pushReply is queenside.push's one-row answer.
@@ -174,25 +177,28 @@ func (c *pushCall) outcomes(msgs []Message, r pushReply) ([]Outcome, error) {
 	if len(r.bases) != len(c.ids) || len(r.dedupOn) != len(c.ids) {
 		return nil, fmt.Errorf("push: answered %d partitions of %d", len(r.bases), len(c.ids))
 	}
-	stored := make(map[int32]int, len(r.dupPositions)) // position -> index in the dup arrays
+	stored := make(map[int32]int, len(r.dupPositions)) // call position -> index in the dup arrays
 	for k, p := range r.dupPositions {
 		stored[p] = k
 	}
 	next := slices.Clone(r.bases)
-	out := make([]Outcome, len(msgs))
-	for i := range msgs {
-		slot := c.slot[c.partitions[i]]
-		pos := int32(i + 1)
+	byPos := make([]Outcome, len(msgs)) // by call position
+	for j, i := range c.order {
+		slot, pos := c.slots[j]-1, int32(j+1)
 		switch k, isStored := stored[pos]; {
-		case r.dedupOn[slot] && c.leaders != nil && c.leaders[i] != pos:
-			out[i] = out[c.leaders[i]-1]
-			out[i].Duplicate = true
+		case r.dedupOn[slot] && c.leaders != nil && c.leaders[j] != pos:
+			byPos[j] = byPos[c.leaders[j]-1]
+			byPos[j].Duplicate = true
 		case r.dedupOn[slot] && isStored:
-			out[i] = Outcome{Duplicate: true, Offset: r.dupOffsets[k], MessageID: r.dupMessageIDs[k], CommittedAt: r.dupCommittedAt[k]}
+			byPos[j] = Outcome{Duplicate: true, Offset: r.dupOffsets[k], MessageID: r.dupMessageIDs[k], CommittedAt: r.dupCommittedAt[k]}
 		default:
-			out[i] = Outcome{Offset: next[slot], MessageID: msgs[i].MessageID, CommittedAt: r.at}
+			byPos[j] = Outcome{Offset: next[slot], MessageID: msgs[i].MessageID, CommittedAt: r.at}
 			next[slot]++
 		}
+	}
+	out := make([]Outcome, len(msgs))
+	for j, i := range c.order {
+		out[i] = byPos[j]
 	}
 	return out, nil
 }
