@@ -33,8 +33,7 @@ const NoticeDraining = "draining"
 // in one key does not hide the id carried by another.
 func DecodeRequest(body []byte) (Request, *Error) {
 	var req Request
-	r := bytes.NewReader(body)
-	d := msgpack.NewDecoder(r)
+	d := newDec(body)
 	n, err := mapLen(d)
 	if err != nil || n < 0 {
 		return req, Errorf(CodeBadRequest, "body is not a msgpack map")
@@ -72,7 +71,7 @@ func DecodeRequest(body []byte) (Request, *Error) {
 			}
 			seenOp = true
 		case "args":
-			raw, err := d.DecodeRaw()
+			raw, err := d.raw()
 			if err != nil {
 				return req, Errorf(CodeBadRequest, "envelope: %v", err)
 			}
@@ -97,7 +96,7 @@ func DecodeRequest(body []byte) (Request, *Error) {
 		}
 	}
 	switch {
-	case r.Len() != 0:
+	case d.r.Len() != 0:
 		return req, Errorf(CodeBadRequest, "trailing bytes after the body map")
 	case first != nil:
 		return req, first

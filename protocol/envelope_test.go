@@ -1,8 +1,6 @@
 package protocol
 
 import (
-	"github.com/vmihailenco/msgpack/v5"
-
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +68,7 @@ func TestReadTimeAcceptsThreeForms(t *testing.T) {
 	for _, v := range []any{want, "2026-01-02T03:04:05Z", want.UnixMilli()} {
 		raw := mustRaw(t, map[string]any{"at": v})
 		var got time.Time
-		err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+		err := walkMap(raw, "args", func(d *dec, key string) error {
 			var err error
 			got, err = readTime(d, key)
 			return err

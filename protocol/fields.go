@@ -28,7 +28,7 @@ func isIntCode(c byte) bool {
 }
 
 // mapLen reads a map header; -1 means nil.
-func mapLen(d *msgpack.Decoder) (int, error) {
+func mapLen(d *dec) (int, error) {
 	c, err := d.PeekCode()
 	if err != nil {
 		return 0, err
@@ -39,7 +39,7 @@ func mapLen(d *msgpack.Decoder) (int, error) {
 	return d.DecodeMapLen()
 }
 
-func readKey(d *msgpack.Decoder) (string, error) {
+func readKey(d *dec) (string, error) {
 	c, err := d.PeekCode()
 	if err != nil {
 		return "", fmt.Errorf("truncated map")
@@ -50,7 +50,7 @@ func readKey(d *msgpack.Decoder) (string, error) {
 	return d.DecodeString()
 }
 
-func readUint(d *msgpack.Decoder) (uint64, error) {
+func readUint(d *dec) (uint64, error) {
 	c, err := d.PeekCode()
 	if err != nil {
 		return 0, err
@@ -77,24 +77,63 @@ func invalid(field, format string, args ...any) *Error {
 // omission: a payload may be any msgpack value, nil included.
 var nilIsValue = map[string]bool{"payload": true}
 
+// dec decodes msgpack held in memory. Its raw hands out the encoding of
+// the next value as a sub-slice of that memory, without copying: payloads
+// travel from the request frame to PostgreSQL untouched.
+type dec struct {
+	*msgpack.Decoder
+	r   bytes.Reader
+	buf []byte
+}
+
+func newDec(buf []byte) *dec {
+	x := &dec{buf: buf}
+	x.r.Reset(buf)
+	x.Decoder = msgpack.NewDecoder(&x.r)
+	return x
+}
+
+// reset makes x decode buf, reusing its allocations.
+func (x *dec) reset(buf []byte) {
+	x.buf = buf
+	x.r.Reset(buf)
+	x.Decoder.Reset(&x.r)
+}
+
+func (x *dec) pos() int { return len(x.buf) - x.r.Len() }
+
+// raw returns the encoding of the next value.
+func (x *dec) raw() ([]byte, error) {
+	start := x.pos()
+	if err := x.Skip(); err != nil {
+		return nil, err
+	}
+	end := x.pos()
+	return x.buf[start:end:end], nil
+}
+
 // walkMap calls fn for every non-nil value of the map encoded in raw. An
 // empty raw is an empty map.
-func walkMap(raw []byte, what string, fn func(d *msgpack.Decoder, key string) error) error {
+func walkMap(raw []byte, what string, fn func(d *dec, key string) error) error {
 	if len(raw) == 0 {
 		return nil
 	}
-	r := bytes.NewReader(raw)
-	d := msgpack.NewDecoder(r)
+	return walkMapWith(newDec(raw), raw, what, fn)
+}
+
+// walkMapWith is walkMap reusing the decoder d.
+func walkMapWith(d *dec, raw []byte, what string, fn func(d *dec, key string) error) error {
+	d.reset(raw)
 	if err := walkMapFrom(d, what, fn); err != nil {
 		return err
 	}
-	if r.Len() != 0 {
+	if d.r.Len() != 0 {
 		return invalid(what, "trailing bytes")
 	}
 	return nil
 }
 
-func walkMapFrom(d *msgpack.Decoder, what string, fn func(d *msgpack.Decoder, key string) error) error {
+func walkMapFrom(d *dec, what string, fn func(d *dec, key string) error) error {
 	n, err := mapLen(d)
 	if err != nil {
 		return invalid(what, "expected a map")
@@ -118,14 +157,14 @@ func walkMapFrom(d *msgpack.Decoder, what string, fn func(d *msgpack.Decoder, ke
 }
 
 // skipField ignores a key the operation does not know, for forward compatibility.
-func skipField(d *msgpack.Decoder, field string) error {
+func skipField(d *dec, field string) error {
 	if err := d.Skip(); err != nil {
 		return invalid(field, "malformed value")
 	}
 	return nil
 }
 
-func readString(d *msgpack.Decoder, field string) (string, error) {
+func readString(d *dec, field string) (string, error) {
 	if c, _ := d.PeekCode(); !msgpcode.IsString(c) {
 		_ = d.Skip()
 		return "", invalid(field, "expected a string")
@@ -137,7 +176,7 @@ func readString(d *msgpack.Decoder, field string) (string, error) {
 	return s, nil
 }
 
-func readInt(d *msgpack.Decoder, field string, min, max int64) (int64, error) {
+func readInt(d *dec, field string, min, max int64) (int64, error) {
 	c, _ := d.PeekCode()
 	if !isIntCode(c) {
 		_ = d.Skip()
@@ -165,7 +204,7 @@ func readInt(d *msgpack.Decoder, field string, min, max int64) (int64, error) {
 	return v, nil
 }
 
-func readBool(d *msgpack.Decoder, field string) (bool, error) {
+func readBool(d *dec, field string) (bool, error) {
 	if c, _ := d.PeekCode(); c != msgpcode.True && c != msgpcode.False {
 		_ = d.Skip()
 		return false, invalid(field, "expected a boolean")
@@ -175,7 +214,7 @@ func readBool(d *msgpack.Decoder, field string) (bool, error) {
 
 // readTime accepts a msgpack timestamp, an RFC 3339 string, or integer
 // milliseconds since the epoch.
-func readTime(d *msgpack.Decoder, field string) (time.Time, error) {
+func readTime(d *dec, field string) (time.Time, error) {
 	c, _ := d.PeekCode()
 	switch {
 	case msgpcode.IsExt(c):
@@ -203,7 +242,7 @@ func readTime(d *msgpack.Decoder, field string) (time.Time, error) {
 }
 
 // readArrayLen reads an array header of at most max elements.
-func readArrayLen(d *msgpack.Decoder, field string, max int) (int, error) {
+func readArrayLen(d *dec, field string, max int) (int, error) {
 	if c, _ := d.PeekCode(); !isArrayCode(c) {
 		_ = d.Skip()
 		return 0, invalid(field, "expected an array")
@@ -218,7 +257,7 @@ func readArrayLen(d *msgpack.Decoder, field string, max int) (int, error) {
 	return n, nil
 }
 
-func readStringMap(d *msgpack.Decoder, field string, maxEntries int) (map[string]string, error) {
+func readStringMap(d *dec, field string, maxEntries int) (map[string]string, error) {
 	c, _ := d.PeekCode()
 	if !isMapCode(c) {
 		_ = d.Skip()

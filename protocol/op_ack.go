@@ -3,8 +3,6 @@ package protocol
 import (
 	"time"
 	"unicode/utf8"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Ack item statuses.
@@ -89,7 +87,7 @@ type LeaseResults struct {
 // the caller asked for.
 func DecodeAckArgs(raw []byte) (AckArgs, error) {
 	var a AckArgs
-	err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+	err := walkMap(raw, "args", func(d *dec, key string) error {
 		if key != "items" {
 			return skipField(d, key)
 		}
@@ -111,9 +109,9 @@ func DecodeAckArgs(raw []byte) (AckArgs, error) {
 	return a, err
 }
 
-func decodeAckItem(d *msgpack.Decoder, it *AckItem) error {
+func decodeAckItem(d *dec, it *AckItem) error {
 	it.Status = DefaultAckMode
-	err := walkMapFrom(d, "item", func(d *msgpack.Decoder, key string) error {
+	err := walkMapFrom(d, "item", func(d *dec, key string) error {
 		var err error
 		switch key {
 		case "leaseId":
@@ -155,7 +153,7 @@ func decodeAckItem(d *msgpack.Decoder, it *AckItem) error {
 // DecodeLeaseIDsArgs reads renew's and release's arguments.
 func DecodeLeaseIDsArgs(raw []byte) (LeaseIDsArgs, error) {
 	var a LeaseIDsArgs
-	err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+	err := walkMap(raw, "args", func(d *dec, key string) error {
 		switch key {
 		case "leaseIds":
 			n, err := readArrayLen(d, key, MaxLeaseIDs)

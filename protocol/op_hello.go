@@ -1,7 +1,5 @@
 package protocol
 
-import "github.com/vmihailenco/msgpack/v5"
-
 // HelloArgs opens a conversation; it is optional.
 type HelloArgs struct {
 	Protocol int    `msgpack:"protocol"`
@@ -22,7 +20,7 @@ type HelloResult struct {
 func DecodeHelloArgs(raw []byte) (HelloArgs, error) {
 	var a HelloArgs
 	seen := false
-	err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+	err := walkMap(raw, "args", func(d *dec, key string) error {
 		var err error
 		switch key {
 		case "protocol":

@@ -73,7 +73,7 @@ type PopResult struct {
 // DecodePopArgs reads pop's arguments and fills in the defaults.
 func DecodePopArgs(raw []byte) (PopArgs, error) {
 	a := PopArgs{Batch: 1, Partitions: 1, SubscriptionMode: SubscribeAll}
-	err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+	err := walkMap(raw, "args", func(d *dec, key string) error {
 		var err error
 		var v int64
 		switch key {

@@ -57,7 +57,7 @@ type PushReply struct {
 func DecodePushArgs(raw []byte) (PushArgs, error) {
 	var a PushArgs
 	seen := false
-	err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+	err := walkMap(raw, "args", func(d *dec, key string) error {
 		if key != "items" {
 			return skipField(d, key)
 		}
@@ -67,12 +67,14 @@ func DecodePushArgs(raw []byte) (PushArgs, error) {
 		}
 		seen = true
 		a.Items = make([]PushItem, 0, min(n, len(raw)))
+		var itemDec dec
+		itemDec.Decoder = msgpack.NewDecoder(&itemDec.r)
 		for i := 0; i < n; i++ {
-			itemRaw, err := d.DecodeRaw()
+			itemRaw, err := d.raw()
 			if err != nil {
 				return invalid(key, "malformed item %d", i)
 			}
-			a.Items = append(a.Items, DecodePushItem(itemRaw))
+			a.Items = append(a.Items, decodePushItem(&itemDec, itemRaw))
 		}
 		return nil
 	})
@@ -87,9 +89,13 @@ func DecodePushArgs(raw []byte) (PushArgs, error) {
 
 // DecodePushItem reads one push item; problems are reported in Invalid.
 func DecodePushItem(raw []byte) PushItem {
+	return decodePushItem(newDec(raw), raw)
+}
+
+func decodePushItem(x *dec, raw []byte) PushItem {
 	var it PushItem
 	seenPayload := false
-	err := walkMap(raw, "item", func(d *msgpack.Decoder, key string) error {
+	err := walkMapWith(x, raw, "item", func(d *dec, key string) error {
 		var err error
 		switch key {
 		case "queue":
@@ -101,7 +107,7 @@ func DecodePushItem(raw []byte) PushItem {
 				err = CheckPartition(key, it.Partition)
 			}
 		case "payload":
-			if it.Payload, err = d.DecodeRaw(); err != nil {
+			if it.Payload, err = d.raw(); err != nil {
 				return invalid(key, "malformed value")
 			}
 			seenPayload = true

@@ -1,7 +1,5 @@
 package protocol
 
-import "github.com/vmihailenco/msgpack/v5"
-
 // QueueOptions are a queue's settings. configure replaces all of them: an
 // omitted option returns to its default.
 type QueueOptions struct {
@@ -91,12 +89,12 @@ type GroupStats struct {
 // with their defaults.
 func DecodeConfigureArgs(raw []byte) (ConfigureArgs, error) {
 	a := ConfigureArgs{Options: DefaultQueueOptions()}
-	err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+	err := walkMap(raw, "args", func(d *dec, key string) error {
 		switch key {
 		case "queue":
 			return readQueue(d, &a.Queue)
 		case "options":
-			return walkMapFrom(d, "options", func(d *msgpack.Decoder, key string) error {
+			return walkMapFrom(d, "options", func(d *dec, key string) error {
 				target := a.Options.field(key)
 				if target == nil {
 					return skipField(d, key)
@@ -136,7 +134,7 @@ func (o *QueueOptions) field(name string) *int {
 // DecodeQueueArgs reads arguments that name one required queue.
 func DecodeQueueArgs(raw []byte) (QueueArgs, error) {
 	var a QueueArgs
-	err := walkMap(raw, "args", func(d *msgpack.Decoder, key string) error {
+	err := walkMap(raw, "args", func(d *dec, key string) error {
 		if key == "queue" {
 			return readQueue(d, &a.Queue)
 		}
@@ -148,7 +146,7 @@ func DecodeQueueArgs(raw []byte) (QueueArgs, error) {
 	return a, err
 }
 
-func readQueue(d *msgpack.Decoder, dst *string) error {
+func readQueue(d *dec, dst *string) error {
 	s, err := readString(d, "queue")
 	if err != nil {
 		return err

@@ -58,6 +58,8 @@ func (c *conn) serve() {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	slots := make(chan struct{}, c.s.opts.MaxInFlight)
 	for {
+		// A fresh body per frame: decoded requests point into it (payloads
+		// are never copied) and live on in their handlers.
 		body, err := protocol.ReadFrame(r, nil, c.s.opts.MaxFrameBytes)
 		if err != nil {
 			if errors.Is(err, protocol.ErrFrameTooLarge) {

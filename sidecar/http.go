@@ -3,6 +3,7 @@ package sidecar
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/queenside/queenside/protocol"
 )
@@ -28,5 +29,17 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		json.NewEncoder(w).Encode(h) //nolint:errcheck // the probe reads the status
 	})
+	return mux
+}
+
+// withProfiling adds Go's profiling endpoints under /debug/pprof/.
+func withProfiling(next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", next)
 	return mux
 }

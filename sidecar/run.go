@@ -26,7 +26,10 @@ type Config struct {
 	MaxFrameBytes int
 	AllowUIDs     []uint32
 	ShutdownGrace time.Duration
-	Logger        hclog.Logger
+	// Profiling serves Go's pprof endpoints under /debug/pprof/ on the HTTP
+	// side port, for finding where the time goes.
+	Profiling bool
+	Logger    hclog.Logger
 	// OnReady, when set, is called once the socket accepts connections.
 	OnReady func(srv *Server)
 }
@@ -69,7 +72,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	var hs *http.Server
 	if cfg.HTTPAddr != "" {
-		hs = &http.Server{Addr: cfg.HTTPAddr, Handler: srv.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+		handler := srv.HTTPHandler()
+		if cfg.Profiling {
+			handler = withProfiling(handler)
+		}
+		hs = &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := hs.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("http side port: %w", err)

@@ -44,6 +44,7 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.StringFlag{Name: "http-addr", Usage: "address of the HTTP probe port, e.g. :8080 (off when empty)", EnvVars: []string{"QUEENSIDE_HTTP_ADDR"}},
 		&cli.IntFlag{Name: "max-frame-bytes", Value: protocol.DefaultMaxFrameBytes, Usage: "largest frame body accepted"},
 		&cli.DurationFlag{Name: "shutdown-grace", Value: sidecar.DefaultShutdownGrace, Usage: "how long SIGTERM waits for requests in flight"},
+		&cli.BoolFlag{Name: "pprof", Usage: "serve Go's profiling endpoints under /debug/pprof/ on --http-addr"},
 	}, logFlags()...)
 }
 
@@ -58,6 +59,9 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 	}
 	if n := c.Int("max-frame-bytes"); n < 1024 || n > 1<<30 {
 		return sidecar.Config{}, fmt.Errorf("--max-frame-bytes %d: want 1024..%d", n, 1<<30)
+	}
+	if c.Bool("pprof") && c.String("http-addr") == "" {
+		return sidecar.Config{}, fmt.Errorf("--pprof needs --http-addr")
 	}
 	var uids []uint32
 	for _, u := range c.IntSlice("allow-uid") {
@@ -74,6 +78,7 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 		MaxFrameBytes: c.Int("max-frame-bytes"),
 		AllowUIDs:     uids,
 		ShutdownGrace: c.Duration("shutdown-grace"),
+		Profiling:     c.Bool("pprof"),
 		Logger:        log,
 	}, nil
 }
