@@ -131,6 +131,22 @@ func TestLongestWaitingPartitionGoesFirst(t *testing.T) {
 	if res.Messages[0].Partition != "busy" {
 		t.Fatalf("second pop went to %s: busy's backlog is older", res.Messages[0].Partition)
 	}
+	// Acks move the head too: once busy's backlog is acked, a message
+	// pushed to busy now is newer than quiet's, and quiet goes first.
+	for {
+		r := mustPop(t, c, protocol.PopArgs{Queue: "q", Partition: "busy", Batch: 40})
+		if len(r.Messages) == 0 {
+			break
+		}
+		for i := len(r.Messages) - 1; i >= 0; i-- { // out of order, to move the cursor in one step
+			mustAck(t, c, queenside.Completed(r.Messages[i]))
+		}
+	}
+	mustPush(t, c, item(t, "q", "busy", "", "newest"))
+	res = mustPop(t, c, protocol.PopArgs{Queue: "q", Batch: 1, AutoAck: true})
+	if res.Messages[0].Partition != "quiet" {
+		t.Fatalf("third pop went to %s offset %d, want quiet, whose message is older", res.Messages[0].Partition, res.Messages[0].Offset)
+	}
 }
 
 func TestDisconnectWhileWaitingLeaksNothing(t *testing.T) {
@@ -185,4 +201,3 @@ func TestDrainEndsWaitingPopsEmpty(t *testing.T) {
 	}
 }
 
-var _ = queenside.Completed

@@ -173,9 +173,17 @@ BEGIN
         UPDATE queenside.partitions p SET next_offset = p.next_offset + c.n, last_committed_at = v_at
           FROM unnest(p_ids, p_counts) AS c (id, n)
          WHERE p.id = c.id;
+        -- Groups waiting at the end of these partitions now have a head.
+        UPDATE queenside.cursors cu SET head_at = v_at
+         WHERE cu.partition_id = ANY (p_ids) AND cu.head_at IS NULL AND cu.committed IS NOT NULL;
     ELSE
         PERFORM queenside.push_general(v_at, p_ids, bases, p_slots, p_hashes, p_leaders,
                                        p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
+        UPDATE queenside.cursors cu SET head_at = v_at
+          FROM unnest(p_ids, bases) AS b (id, base)
+          JOIN queenside.partitions p ON p.id = b.id
+         WHERE p.next_offset > b.base
+           AND cu.partition_id = b.id AND cu.head_at IS NULL AND cu.committed IS NOT NULL;
         -- The messages stored already, with their originals: hashes that
         -- still name an offset below their partition's base.
         SELECT array_agg(u.o ORDER BY u.o), array_agg(d.msg_offset ORDER BY u.o),
@@ -277,7 +285,11 @@ CREATE TABLE queenside.groups (
 CREATE TABLE queenside.cursors (
     group_id         bigint      NOT NULL REFERENCES queenside.groups (id) ON DELETE CASCADE,
     partition_id     bigint      NOT NULL,
-    committed        bigint,     -- next offset to consume; NULL until the group first pops here
+    committed        bigint,     -- next offset to consume; NULL until positioned (see ensure_group)
+    -- Commit time of the message at committed, NULL when there is none yet:
+    -- pop orders partitions by it without looking at their segments. Set
+    -- where the cursor moves, and by push for a cursor waiting at the end.
+    head_at          timestamptz,
     lease_id         uuid,
     lease_from       bigint,
     lease_to         bigint,
@@ -358,8 +370,11 @@ BEGIN
         SELECT p.id INTO v_id FROM queenside.partitions p WHERE p.queue_id = v_queue AND p.name = p_partition;
         RETURN v_id;
     END IF;
-    INSERT INTO queenside.cursors (group_id, partition_id)
-    SELECT g.id, v_id FROM queenside.groups g WHERE g.queue_id = v_queue;
+    -- The new partition is empty: a group whose subscription has started
+    -- reads it from offset 0; one that starts later is positioned then.
+    INSERT INTO queenside.cursors (group_id, partition_id, committed)
+    SELECT g.id, v_id, CASE WHEN g.start_at IS NULL OR g.start_at <= clock_timestamp() THEN 0 END
+      FROM queenside.groups g WHERE g.queue_id = v_queue;
     RETURN v_id;
 END;
 $$;
@@ -389,8 +404,17 @@ BEGIN
         SELECT g.id INTO o_group FROM queenside.groups g WHERE g.queue_id = o_queue AND g.name = p_group;
         RETURN;
     END IF;
-    INSERT INTO queenside.cursors (group_id, partition_id)
-    SELECT o_group, p.id FROM queenside.partitions p WHERE p.queue_id = o_queue;
+    -- Position the group in every partition now (unless its subscription
+    -- starts in the future), so pops never have to.
+    INSERT INTO queenside.cursors (group_id, partition_id, committed, head_at)
+    SELECT o_group, c.id, c.cur, CASE WHEN c.cur IS NOT NULL THEN queenside.head_at(c.id, c.cur) END
+      FROM (SELECT p.id, queenside.first_offset_at(p.id, g.start_at) AS cur
+              FROM queenside.partitions p, queenside.groups g
+             WHERE p.queue_id = o_queue AND g.id = o_group
+               AND (g.start_at IS NULL OR g.start_at <= clock_timestamp())
+            UNION ALL
+            SELECT p.id, NULL FROM queenside.partitions p, queenside.groups g
+             WHERE p.queue_id = o_queue AND g.id = o_group AND g.start_at > clock_timestamp()) c;
 END;
 $$;
 
@@ -403,6 +427,15 @@ LANGUAGE sql STABLE AS $$
           WHERE s.partition_id = p_partition AND (p_at IS NULL OR s.committed_at >= p_at)
           ORDER BY s.committed_at, s.last_offset LIMIT 1),
         (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_partition))
+$$;
+
+-- head_at is the commit time of the message at p_offset, or of the first
+-- retained one after it; NULL when there is none.
+CREATE FUNCTION queenside.head_at(p_partition bigint, p_offset bigint) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT s.committed_at FROM queenside.segments s
+     WHERE s.partition_id = p_partition AND s.last_offset >= p_offset
+     ORDER BY s.last_offset LIMIT 1
 $$;
 
 -- pop delivers up to p_batch messages from up to p_max_partitions partitions
@@ -426,6 +459,7 @@ DECLARE
     v_now       timestamptz := now();
     v_left      integer := p_batch;
     c           record;
+    v_cur       bigint;
     v_last      bigint;
     v_lease     uuid;
     v_expires   timestamptz;
@@ -444,40 +478,44 @@ BEGIN
 
     FOR c IN
         SELECT cu.partition_id AS pid, p.name AS pname, cu.delivered_to, cu.fail_offsets, cu.fail_counts,
-               greatest(pos.cur, head.base_offset) AS cur
+               cu.committed, cu.head_at, pos.cur, h.at
           FROM queenside.cursors cu
           JOIN queenside.partitions p ON p.id = cu.partition_id
           CROSS JOIN LATERAL (
               SELECT coalesce(cu.committed, queenside.first_offset_at(cu.partition_id, v_start_at)) AS cur) pos
           CROSS JOIN LATERAL (
-              SELECT s.base_offset, s.committed_at FROM queenside.segments s
-               WHERE s.partition_id = cu.partition_id AND s.last_offset >= pos.cur
-               ORDER BY s.last_offset LIMIT 1) head
+              SELECT coalesce(cu.head_at, queenside.head_at(cu.partition_id, pos.cur)) AS at) h
          WHERE cu.group_id = p_group
            AND (p_partition IS NULL OR cu.partition_id = p_partition)
            AND (cu.lease_id IS NULL OR cu.lease_expires_at <= v_now)
            AND p.next_offset > coalesce(cu.committed, -1)
-           AND head.committed_at <= v_now - v_delay
-         ORDER BY head.committed_at, cu.partition_id
+           AND p.next_offset > pos.cur
+           AND h.at <= v_now - v_delay
+         ORDER BY h.at, cu.partition_id
          LIMIT p_max_partitions
            FOR UPDATE OF cu SKIP LOCKED
     LOOP
         EXIT WHEN v_left <= 0;
+        -- Start at the cursor, or at the first message still retained.
+        v_cur := greatest(c.cur, (SELECT s.base_offset FROM queenside.segments s
+                                   WHERE s.partition_id = c.pid AND s.last_offset >= c.cur
+                                   ORDER BY s.last_offset LIMIT 1));
         -- Deliverable messages are a contiguous run from the cursor: offsets
         -- are gapless and commit times grow with them.
         SELECT s.last_offset INTO v_last FROM queenside.segments s
          WHERE s.partition_id = c.pid AND s.committed_at <= v_now - v_delay
          ORDER BY s.last_offset DESC LIMIT 1;
-        v_last := least(v_last, c.cur + v_left - 1);
-        CONTINUE WHEN v_last IS NULL OR v_last < c.cur;
-        v_left := v_left - (v_last - c.cur + 1)::integer;
+        v_last := least(v_last, v_cur + v_left - 1);
+        CONTINUE WHEN v_cur IS NULL OR v_last IS NULL OR v_last < v_cur;
+        v_left := v_left - (v_last - v_cur + 1)::integer;
 
         SELECT max(x) INTO v_seen FROM unnest(c.delivered_to) x;
-        v_delivered := ARRAY(SELECT x FROM unnest(c.delivered_to) x WHERE x >= c.cur ORDER BY x);
+        v_delivered := ARRAY(SELECT x FROM unnest(c.delivered_to) x WHERE x >= v_cur ORDER BY x);
         IF p_auto_ack THEN
             v_lease := NULL; v_expires := NULL; v_attempts := NULL;
             UPDATE queenside.cursors cu
-               SET committed = v_last + 1, lease_id = NULL, lease_done = NULL,
+               SET committed = v_last + 1, head_at = queenside.head_at(c.pid, v_last + 1),
+                   lease_id = NULL, lease_done = NULL,
                    delivered_to = ARRAY(SELECT x FROM unnest(v_delivered) x WHERE x > v_last),
                    fail_offsets = ARRAY(SELECT o FROM unnest(c.fail_offsets, c.fail_counts) f(o, n) WHERE o > v_last ORDER BY o),
                    fail_counts = ARRAY(SELECT n FROM unnest(c.fail_offsets, c.fail_counts) f(o, n) WHERE o > v_last ORDER BY o)
@@ -490,20 +528,22 @@ BEGIN
             v_delivered := (v_delivered || v_last)[greatest(1, cardinality(v_delivered) - 998):];
             v_attempts := cardinality(v_delivered);
             UPDATE queenside.cursors cu
-               SET committed = c.cur, lease_id = v_lease, lease_from = c.cur, lease_to = v_last,
+               SET committed = v_cur,
+                   head_at = CASE WHEN v_cur = c.committed THEN c.head_at ELSE queenside.head_at(c.pid, v_cur) END,
+                   lease_id = v_lease, lease_from = v_cur, lease_to = v_last,
                    lease_expires_at = v_expires, lease_done = '{}', delivered_to = v_delivered
              WHERE cu.group_id = p_group AND cu.partition_id = c.pid;
         END IF;
 
         RETURN QUERY
-        SELECT c.pid, c.pname, v_lease, c.cur, v_last, v_expires, v_attempts,
+        SELECT c.pid, c.pname, v_lease, v_cur, v_last, v_expires, v_attempts,
                s.base_offset + u.ord - 1, u.mid, u.txid, u.payload, s.committed_at, u.trace, u.hdr,
                s.base_offset + u.ord - 1 <= coalesce(v_seen, -1)
           FROM queenside.segments s
          CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads, s.trace_ids, s.headers)
                WITH ORDINALITY AS u (mid, txid, payload, trace, hdr, ord)
-         WHERE s.partition_id = c.pid AND s.last_offset >= c.cur AND s.base_offset <= v_last
-           AND s.base_offset + u.ord - 1 BETWEEN c.cur AND v_last
+         WHERE s.partition_id = c.pid AND s.last_offset >= v_cur AND s.base_offset <= v_last
+           AND s.base_offset + u.ord - 1 BETWEEN v_cur AND v_last
          ORDER BY 8;
     END LOOP;
 END;
@@ -636,6 +676,8 @@ BEGIN
 
     UPDATE queenside.cursors cu
        SET committed = v_cursor,
+           head_at = CASE WHEN v_cursor = c.committed THEN c.head_at
+                          ELSE queenside.head_at(p_partition, v_cursor) END,
            lease_id = CASE WHEN v_release THEN NULL ELSE c.lease_id END,
            lease_done = CASE WHEN v_release THEN NULL
                              ELSE ARRAY(SELECT DISTINCT x FROM unnest(v_done) x WHERE x > v_cursor ORDER BY x) END,
