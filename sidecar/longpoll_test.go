@@ -201,3 +201,26 @@ func TestDrainEndsWaitingPopsEmpty(t *testing.T) {
 	}
 }
 
+
+func TestSubscriptionFromAFutureTime(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	mustPush(t, c, item(t, "fut", "p", "", "before"))
+	from := time.Now().Add(700 * time.Millisecond)
+	args := protocol.PopArgs{Queue: "fut", Group: "later", SubscriptionMode: protocol.SubscribeFrom, SubscriptionFrom: &from, AutoAck: true, Batch: 10}
+	if r := mustPop(t, c, args); len(r.Messages) != 0 {
+		t.Fatalf("a subscription from a future time delivered %v", offsets(r.Messages))
+	}
+	mustPush(t, c, item(t, "fut", "p", "", "still before"), item(t, "fut", "new-partition", "", "before too"))
+	time.Sleep(time.Until(from) + 50*time.Millisecond)
+	mustPush(t, c, item(t, "fut", "p", "", "after"), item(t, "fut", "new-partition", "", "after too"))
+	got := drain(t, c, "fut", "later")
+	if len(got) != 2 {
+		t.Fatalf("got %d messages (%v), want the 2 committed after the start", len(got), got)
+	}
+	for _, m := range got {
+		if m.CommittedAt.Before(from) {
+			t.Fatalf("delivered %s/%d committed at %v, before the start %v", m.Partition, m.Offset, m.CommittedAt, from)
+		}
+	}
+}

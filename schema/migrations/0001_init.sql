@@ -306,6 +306,11 @@ CREATE TABLE queenside.cursors (
 ) WITH (fillfactor = 70);
 
 CREATE INDEX cursors_partition ON queenside.cursors (partition_id);
+-- pop takes a group's partitions in the order their next message arrived:
+-- this index hands them over in that order, without a look at the others.
+CREATE INDEX cursors_ready ON queenside.cursors (group_id, head_at, partition_id) WHERE head_at IS NOT NULL;
+-- Cursors of a subscription that starts in the future, positioned then.
+CREATE INDEX cursors_unpositioned ON queenside.cursors (group_id) WHERE committed IS NULL;
 
 -- Finds the first message committed at or after a time (subscriptions, seeks).
 CREATE INDEX segments_committed_at ON queenside.segments (partition_id, committed_at);
@@ -407,7 +412,7 @@ BEGIN
     -- Position the group in every partition now (unless its subscription
     -- starts in the future), so pops never have to.
     INSERT INTO queenside.cursors (group_id, partition_id, committed, head_at)
-    SELECT o_group, c.id, c.cur, CASE WHEN c.cur IS NOT NULL THEN queenside.head_at(c.id, c.cur) END
+    SELECT o_group, c.id, c.cur, CASE WHEN c.cur IS NOT NULL THEN queenside.cursor_head(c.id, c.cur) END
       FROM (SELECT p.id, queenside.first_offset_at(p.id, g.start_at) AS cur
               FROM queenside.partitions p, queenside.groups g
              WHERE p.queue_id = o_queue AND g.id = o_group
@@ -438,6 +443,30 @@ LANGUAGE sql STABLE AS $$
      ORDER BY s.last_offset LIMIT 1
 $$;
 
+-- cursor_head is the head time of a cursor about to stand at p_offset: the
+-- commit time of the message there. At the end of the partition it is NULL,
+-- for push to set when the next message arrives; but a push in flight on
+-- the partition cannot see this cursor's move, nor this transaction its
+-- messages. So first the partition's row is share-locked, without waiting:
+-- taken, no push can commit before this transaction does, and a fresh look
+-- is exact; not taken, a push is in flight, and the head is now, which keeps
+-- the cursor in pop's view.
+CREATE FUNCTION queenside.cursor_head(p_partition bigint, p_offset bigint) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_at timestamptz := queenside.head_at(p_partition, p_offset);
+BEGIN
+    IF v_at IS NOT NULL THEN
+        RETURN v_at;
+    END IF;
+    PERFORM 1 FROM queenside.partitions p WHERE p.id = p_partition FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN now();
+    END IF;
+    RETURN queenside.head_at(p_partition, p_offset);
+END;
+$$;
+
 -- pop delivers up to p_batch messages from up to p_max_partitions partitions
 -- of a group, each from the group's cursor, the partition whose next message
 -- has waited longest first. A partition with a live lease of the group is
@@ -459,6 +488,7 @@ DECLARE
     v_now       timestamptz := now();
     v_left      integer := p_batch;
     c           record;
+    v_pids      bigint[];
     v_cur       bigint;
     v_last      bigint;
     v_lease     uuid;
@@ -476,24 +506,51 @@ BEGIN
         RAISE EXCEPTION 'queenside: group % does not exist', p_group USING ERRCODE = 'no_data_found';
     END IF;
 
+    -- A subscription that started since: position its cursors now.
+    IF v_start_at <= v_now AND EXISTS (SELECT 1 FROM queenside.cursors cu
+                                        WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
+        UPDATE queenside.cursors cu
+           SET committed = x.cur, head_at = queenside.cursor_head(cu.partition_id, x.cur)
+          FROM (SELECT c2.partition_id, queenside.first_offset_at(c2.partition_id, v_start_at) AS cur
+                  FROM queenside.cursors c2 WHERE c2.group_id = p_group AND c2.committed IS NULL) x
+         WHERE cu.group_id = p_group AND cu.partition_id = x.partition_id;
+    END IF;
+
+    -- The partitions to serve, locked: ready ones (a message waiting, no
+    -- live lease of the group), the one whose next message has waited
+    -- longest first. SKIP LOCKED and the recheck of the conditions under
+    -- the lock are what keep two pops from ever leasing one partition.
+    IF p_partition IS NULL THEN
+        v_pids := ARRAY(
+            SELECT cu.partition_id
+              FROM queenside.cursors cu
+              JOIN queenside.partitions p ON p.id = cu.partition_id
+             WHERE cu.group_id = p_group
+               AND cu.head_at IS NOT NULL AND cu.head_at <= v_now - v_delay
+               AND (cu.lease_id IS NULL OR cu.lease_expires_at <= v_now)
+               AND p.next_offset > cu.committed
+             ORDER BY cu.head_at, cu.partition_id
+             LIMIT p_max_partitions
+               FOR UPDATE OF cu SKIP LOCKED);
+    ELSE
+        v_pids := ARRAY(
+            SELECT cu.partition_id
+              FROM queenside.cursors cu
+              JOIN queenside.partitions p ON p.id = cu.partition_id
+             WHERE cu.group_id = p_group AND cu.partition_id = p_partition
+               AND cu.head_at IS NOT NULL AND cu.head_at <= v_now - v_delay
+               AND (cu.lease_id IS NULL OR cu.lease_expires_at <= v_now)
+               AND p.next_offset > cu.committed
+               FOR UPDATE OF cu SKIP LOCKED);
+    END IF;
+
     FOR c IN
         SELECT cu.partition_id AS pid, p.name AS pname, cu.delivered_to, cu.fail_offsets, cu.fail_counts,
-               cu.committed, cu.head_at, pos.cur, h.at
-          FROM queenside.cursors cu
-          JOIN queenside.partitions p ON p.id = cu.partition_id
-          CROSS JOIN LATERAL (
-              SELECT coalesce(cu.committed, queenside.first_offset_at(cu.partition_id, v_start_at)) AS cur) pos
-          CROSS JOIN LATERAL (
-              SELECT coalesce(cu.head_at, queenside.head_at(cu.partition_id, pos.cur)) AS at) h
-         WHERE cu.group_id = p_group
-           AND (p_partition IS NULL OR cu.partition_id = p_partition)
-           AND (cu.lease_id IS NULL OR cu.lease_expires_at <= v_now)
-           AND p.next_offset > coalesce(cu.committed, -1)
-           AND p.next_offset > pos.cur
-           AND h.at <= v_now - v_delay
-         ORDER BY h.at, cu.partition_id
-         LIMIT p_max_partitions
-           FOR UPDATE OF cu SKIP LOCKED
+               cu.committed, cu.head_at, cu.committed AS cur
+          FROM unnest(v_pids) WITH ORDINALITY AS x (pid, ord)
+          JOIN queenside.cursors cu ON cu.group_id = p_group AND cu.partition_id = x.pid
+          JOIN queenside.partitions p ON p.id = x.pid
+         ORDER BY x.ord
     LOOP
         EXIT WHEN v_left <= 0;
         -- Start at the cursor, or at the first message still retained.
@@ -514,7 +571,7 @@ BEGIN
         IF p_auto_ack THEN
             v_lease := NULL; v_expires := NULL; v_attempts := NULL;
             UPDATE queenside.cursors cu
-               SET committed = v_last + 1, head_at = queenside.head_at(c.pid, v_last + 1),
+               SET committed = v_last + 1, head_at = queenside.cursor_head(c.pid, v_last + 1),
                    lease_id = NULL, lease_done = NULL,
                    delivered_to = ARRAY(SELECT x FROM unnest(v_delivered) x WHERE x > v_last),
                    fail_offsets = ARRAY(SELECT o FROM unnest(c.fail_offsets, c.fail_counts) f(o, n) WHERE o > v_last ORDER BY o),
@@ -529,7 +586,7 @@ BEGIN
             v_attempts := cardinality(v_delivered);
             UPDATE queenside.cursors cu
                SET committed = v_cur,
-                   head_at = CASE WHEN v_cur = c.committed THEN c.head_at ELSE queenside.head_at(c.pid, v_cur) END,
+                   head_at = CASE WHEN v_cur = c.committed THEN c.head_at ELSE queenside.cursor_head(c.pid, v_cur) END,
                    lease_id = v_lease, lease_from = v_cur, lease_to = v_last,
                    lease_expires_at = v_expires, lease_done = '{}', delivered_to = v_delivered
              WHERE cu.group_id = p_group AND cu.partition_id = c.pid;
@@ -677,7 +734,7 @@ BEGIN
     UPDATE queenside.cursors cu
        SET committed = v_cursor,
            head_at = CASE WHEN v_cursor = c.committed THEN c.head_at
-                          ELSE queenside.head_at(p_partition, v_cursor) END,
+                          ELSE queenside.cursor_head(p_partition, v_cursor) END,
            lease_id = CASE WHEN v_release THEN NULL ELSE c.lease_id END,
            lease_done = CASE WHEN v_release THEN NULL
                              ELSE ARRAY(SELECT DISTINCT x FROM unnest(v_done) x WHERE x > v_cursor ORDER BY x) END,
