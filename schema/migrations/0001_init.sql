@@ -546,7 +546,7 @@ BEGIN
 
     FOR c IN
         SELECT cu.partition_id AS pid, p.name AS pname, cu.delivered_to, cu.fail_offsets, cu.fail_counts,
-               cu.committed, cu.head_at, cu.committed AS cur
+               cu.committed, cu.head_at, cu.committed AS cur, p.next_offset
           FROM unnest(v_pids) WITH ORDINALITY AS x (pid, ord)
           JOIN queenside.cursors cu ON cu.group_id = p_group AND cu.partition_id = x.pid
           JOIN queenside.partitions p ON p.id = x.pid
@@ -558,10 +558,15 @@ BEGIN
                                    WHERE s.partition_id = c.pid AND s.last_offset >= c.cur
                                    ORDER BY s.last_offset LIMIT 1));
         -- Deliverable messages are a contiguous run from the cursor: offsets
-        -- are gapless and commit times grow with them.
-        SELECT s.last_offset INTO v_last FROM queenside.segments s
-         WHERE s.partition_id = c.pid AND s.committed_at <= v_now - v_delay
-         ORDER BY s.last_offset DESC LIMIT 1;
+        -- are gapless and commit times grow with them. Without a delay, that
+        -- is every message up to the partition's end.
+        IF v_delay = interval '0' THEN
+            v_last := c.next_offset - 1;
+        ELSE
+            SELECT s.last_offset INTO v_last FROM queenside.segments s
+             WHERE s.partition_id = c.pid AND s.committed_at <= v_now - v_delay
+             ORDER BY s.last_offset DESC LIMIT 1;
+        END IF;
         v_last := least(v_last, v_cur + v_left - 1);
         CONTINUE WHEN v_cur IS NULL OR v_last IS NULL OR v_last < v_cur;
         v_left := v_left - (v_last - v_cur + 1)::integer;

@@ -86,18 +86,22 @@ type Config struct {
 // are stated for.
 func DefaultConfig() Config {
 	return Config{
-		Out:                "bench.json",
-		Scenarios:          Scenarios(),
-		Messages:           200_000,
-		PayloadBytes:       200,
-		Batch:              100,
-		Partitions:         10,
-		Connections:        4,
-		Inflight:           1,
-		PopBatch:           100,
-		PopPartitions:      1,
-		MixedDuration:      60 * time.Second,
-		MixedPartitions:    1000,
+		Out:             "bench.json",
+		Scenarios:       Scenarios(),
+		Messages:        200_000,
+		PayloadBytes:    200,
+		Batch:           100,
+		Partitions:      10,
+		Connections:     4,
+		Inflight:        1,
+		PopBatch:        100,
+		PopPartitions:   1,
+		MixedDuration:   60 * time.Second,
+		MixedPartitions: 1000,
+		// The steady state of the target: producers hold 40,000 msg/s and
+		// the question is whether consumers keep up with a short delivery
+		// time. At full speed (0) a backlog only measures who is faster.
+		MixedRate:          40000,
 		MixedProducers:     4,
 		MixedConsumers:     4,
 		MixedPopPartitions: 10,
