@@ -55,6 +55,11 @@ CREATE TABLE queenside.segments (
 
 -- The identity of every stored message: the 128-bit hash of its transaction
 -- id, written whether deduplication is on or off.
+-- Payloads are stored as they came: compressing them on the push path costs
+-- more CPU than the disk it saves, and what is compressible is the
+-- producer's to compress.
+ALTER TABLE queenside.segments ALTER COLUMN payloads SET STORAGE EXTERNAL;
+
 CREATE TABLE queenside.dedup (
     partition_id bigint      NOT NULL,
     hash         uuid        NOT NULL,
