@@ -48,6 +48,7 @@ func benchCommand() *cli.Command {
 }
 
 func runBench(c *cli.Context) error {
+	tuneGC()
 	log, err := newLogger(c)
 	if err != nil {
 		return err

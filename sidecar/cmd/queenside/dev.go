@@ -34,6 +34,7 @@ func runDev(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	tuneGC()
 	ctx, stop := signalContext()
 	defer stop()
 	cfg.DatabaseURL = c.String("database-url")

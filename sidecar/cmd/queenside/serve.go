@@ -27,6 +27,7 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			cfg.DatabaseURL = c.String("database-url")
+			tuneGC()
 			ctx, stop := signalContext()
 			defer stop()
 			return sidecar.Run(ctx, cfg)
