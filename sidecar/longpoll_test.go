@@ -224,3 +224,51 @@ func TestSubscriptionFromAFutureTime(t *testing.T) {
 		}
 	}
 }
+
+// first_offset_at finds the first message committed at or after a time by
+// a binary search over the segments; check it against every boundary.
+func TestFirstOffsetAtEveryBoundary(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	var times []time.Time // commit time of each offset
+	for i := 0; i < 40; i++ {
+		n := 1 + i%3 // segments of 1 to 3 messages
+		var items []protocol.PushItem
+		for k := 0; k < n; k++ {
+			items = append(items, item(t, "t", "p", "", i))
+		}
+		for _, r := range mustPush(t, c, items...) {
+			times = append(times, r.CommittedAt)
+		}
+	}
+	var pid int64
+	if err := ts.pool.QueryRow(testContext(t), "SELECT id FROM queenside.partitions WHERE name = 'p'").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(at *time.Time) int64 {
+		var off int64
+		if err := ts.pool.QueryRow(testContext(t), "SELECT queenside.first_offset_at($1, $2)", pid, at).Scan(&off); err != nil {
+			t.Fatal(err)
+		}
+		return off
+	}
+	if got := ask(nil); got != 0 {
+		t.Fatalf("with no time: %d, want 0", got)
+	}
+	for want, at := range times {
+		if want > 0 && times[want-1].Equal(at) {
+			continue // same segment: its first offset is the answer
+		}
+		if got := ask(&at); got != int64(want) {
+			t.Fatalf("at the commit time of offset %d: got %d", want, got)
+		}
+		before := at.Add(-time.Microsecond)
+		if got := ask(&before); got != int64(want) && !(want > 0 && times[want-1].After(before)) {
+			t.Fatalf("just before offset %d: got %d", want, got)
+		}
+	}
+	after := times[len(times)-1].Add(time.Microsecond)
+	if got := ask(&after); got != int64(len(times)) {
+		t.Fatalf("after the last message: %d, want the next offset %d", got, len(times))
+	}
+}

@@ -317,8 +317,6 @@ CREATE INDEX cursors_ready ON queenside.cursors (group_id, head_at, partition_id
 -- Cursors of a subscription that starts in the future, positioned then.
 CREATE INDEX cursors_unpositioned ON queenside.cursors (group_id) WHERE committed IS NULL;
 
--- Finds the first message committed at or after a time (subscriptions, seeks).
-CREATE INDEX segments_committed_at ON queenside.segments (partition_id, committed_at);
 
 -- Messages whose retry budget ran out. Names are copied so an entry outlives
 -- the retention of its message, its group and its queue.
@@ -430,13 +428,42 @@ $$;
 
 -- first_offset_at is the offset of the first retained message committed at
 -- or after p_at (any, when NULL), or the next offset when there is none.
+-- Commit times grow with offsets, so it is a binary search over the
+-- segments by their primary key: no index on commit times has to be kept up
+-- on the push path for these rare questions (subscriptions, seeks).
 CREATE FUNCTION queenside.first_offset_at(p_partition bigint, p_at timestamptz) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(
-        (SELECT s.base_offset FROM queenside.segments s
-          WHERE s.partition_id = p_partition AND (p_at IS NULL OR s.committed_at >= p_at)
-          ORDER BY s.committed_at, s.last_offset LIMIT 1),
-        (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_partition))
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_lo   bigint;
+    v_hi   bigint;
+    v_mid  bigint;
+    v_last bigint;
+    v_time timestamptz;
+BEGIN
+    SELECT s.base_offset INTO v_lo FROM queenside.segments s
+     WHERE s.partition_id = p_partition ORDER BY s.last_offset LIMIT 1;
+    SELECT s.last_offset, s.committed_at INTO v_hi, v_time FROM queenside.segments s
+     WHERE s.partition_id = p_partition ORDER BY s.last_offset DESC LIMIT 1;
+    IF v_lo IS NULL OR v_time < p_at THEN -- nothing retained qualifies
+        RETURN (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_partition);
+    END IF;
+    -- The first offset whose segment was committed at or after p_at: the
+    -- one at v_hi qualifies; a segment that does not is skipped whole.
+    WHILE p_at IS NOT NULL AND v_lo < v_hi LOOP
+        v_mid := v_lo + (v_hi - v_lo) / 2;
+        SELECT s.last_offset, s.committed_at INTO v_last, v_time FROM queenside.segments s
+         WHERE s.partition_id = p_partition AND s.last_offset >= v_mid
+         ORDER BY s.last_offset LIMIT 1;
+        IF v_time >= p_at THEN
+            v_hi := v_mid;
+        ELSE
+            v_lo := v_last + 1;
+        END IF;
+    END LOOP;
+    RETURN (SELECT s.base_offset FROM queenside.segments s
+             WHERE s.partition_id = p_partition AND s.last_offset >= v_lo
+             ORDER BY s.last_offset LIMIT 1);
+END;
 $$;
 
 -- head_at is the commit time of the message at p_offset, or of the first
