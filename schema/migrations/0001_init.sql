@@ -351,39 +351,43 @@ CREATE INDEX dead_letters_queue ON queenside.dead_letters (queue_name, id);
 CREATE FUNCTION queenside.wake(p_queue text) RETURNS void
 LANGUAGE sql AS $$ SELECT pg_notify('queenside_wake', p_queue) $$;
 
--- ensure_partition returns the id of a partition, creating it and its queue
--- (with default options) on first use, with the cursor row of every group of
--- the queue. Creating a partition and creating a group both lock the queue
--- row, so neither can miss the other's rows, and racing first pushes agree
--- on one id.
-CREATE FUNCTION queenside.ensure_partition(p_queue text, p_partition text) RETURNS bigint
+-- ensure_partitions returns the ids of a queue's partitions, creating the
+-- queue (with default options) and the missing partitions on first use,
+-- with the cursor row of every group of the queue. Creating partitions and
+-- creating a group both lock the queue row, so neither can miss the other's
+-- rows, and racing first pushes agree on the ids. One call covers all the
+-- partitions of a push: the lock is taken once, not once per partition.
+CREATE FUNCTION queenside.ensure_partitions(p_queue text, p_names text[])
+RETURNS TABLE (o_name text, o_id bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_queue bigint;
-    v_id    bigint;
+    v_queue   bigint;
+    v_missing text[];
 BEGIN
-    SELECT p.id INTO v_id
-      FROM queenside.partitions p
+    v_missing := ARRAY(
+        SELECT n FROM unnest(p_names) n
+         WHERE NOT EXISTS (SELECT 1 FROM queenside.partitions p
+                             JOIN queenside.queues q ON q.id = p.queue_id
+                            WHERE q.name = p_queue AND p.name = n));
+    IF cardinality(v_missing) > 0 THEN
+        INSERT INTO queenside.queues (name) VALUES (p_queue) ON CONFLICT DO NOTHING;
+        SELECT q.id INTO v_queue FROM queenside.queues q WHERE q.name = p_queue FOR UPDATE;
+        -- A new partition is empty: a group whose subscription has started
+        -- reads it from offset 0; one that starts later is positioned then.
+        WITH created AS (
+            INSERT INTO queenside.partitions (queue_id, name)
+            SELECT v_queue, n FROM unnest(v_missing) n
+            ON CONFLICT (queue_id, name) DO NOTHING
+            RETURNING queenside.partitions.id)
+        INSERT INTO queenside.cursors (group_id, partition_id, committed)
+        SELECT g.id, c.id, CASE WHEN g.start_at IS NULL OR g.start_at <= clock_timestamp() THEN 0 END
+          FROM created c, queenside.groups g
+         WHERE g.queue_id = v_queue;
+    END IF;
+    RETURN QUERY
+    SELECT p.name, p.id FROM queenside.partitions p
       JOIN queenside.queues q ON q.id = p.queue_id
-     WHERE q.name = p_queue AND p.name = p_partition;
-    IF FOUND THEN
-        RETURN v_id;
-    END IF;
-    INSERT INTO queenside.queues (name) VALUES (p_queue) ON CONFLICT (name) DO NOTHING;
-    SELECT q.id INTO v_queue FROM queenside.queues q WHERE q.name = p_queue FOR UPDATE;
-    INSERT INTO queenside.partitions (queue_id, name) VALUES (v_queue, p_partition)
-    ON CONFLICT (queue_id, name) DO NOTHING
-    RETURNING id INTO v_id;
-    IF v_id IS NULL THEN -- created meanwhile by someone who held the lock before us
-        SELECT p.id INTO v_id FROM queenside.partitions p WHERE p.queue_id = v_queue AND p.name = p_partition;
-        RETURN v_id;
-    END IF;
-    -- The new partition is empty: a group whose subscription has started
-    -- reads it from offset 0; one that starts later is positioned then.
-    INSERT INTO queenside.cursors (group_id, partition_id, committed)
-    SELECT g.id, v_id, CASE WHEN g.start_at IS NULL OR g.start_at <= clock_timestamp() THEN 0 END
-      FROM queenside.groups g WHERE g.queue_id = v_queue;
-    RETURN v_id;
+     WHERE q.name = p_queue AND p.name = ANY (p_names);
 END;
 $$;
 

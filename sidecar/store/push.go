@@ -82,13 +82,17 @@ type pushCall struct {
 
 func (s *Store) newPushCall(ctx context.Context, msgs []Message) (*pushCall, error) {
 	n := len(msgs)
-	partition := make([]int64, n)
+	keys := make([]partitionKey, n)
 	for i := range msgs {
-		id, err := s.partitionID(ctx, partitionKey{msgs[i].Queue, msgs[i].Partition})
-		if err != nil {
-			return nil, err
-		}
-		partition[i] = id
+		keys[i] = partitionKey{msgs[i].Queue, msgs[i].Partition}
+	}
+	known, err := s.partitionIDs(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	partition := make([]int64, n)
+	for i, k := range keys {
+		partition[i] = known[k]
 	}
 	c := &pushCall{order: make([]int, n), slots: make([]int32, n), hashes: make([][16]byte, n)}
 	for i := range c.order {
