@@ -527,3 +527,37 @@ func TestAckErrorTextMustBeText(t *testing.T) {
 		t.Fatalf("long error text: %+v", ar.Results)
 	}
 }
+
+// Everything a push carries comes back from pop as it went in, whether a
+// pop takes whole segments or parts of them.
+func TestPopReturnsWhatWasPushed(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	var sent []protocol.PushItem
+	for i := 0; i < 7; i++ {
+		it := item(t, "rt", "p", fmt.Sprintf("tx-%d", i), map[string]any{"n": i, "s": strings.Repeat("x", i)})
+		if i%2 == 0 {
+			it.TraceID = fmt.Sprintf("trace-%d", i)
+		}
+		if i%3 == 0 {
+			it.Headers = map[string]string{"k": fmt.Sprint(i), "kind": "test"}
+		}
+		sent = append(sent, it)
+	}
+	mustPush(t, c, sent[:3]...)
+	mustPush(t, c, sent[3:]...)
+	var got []protocol.Message
+	for _, batch := range []int{2, 3, 10} { // cuts through the first segment, then the second
+		got = append(got, mustPop(t, c, protocol.PopArgs{Queue: "rt", Batch: batch, AutoAck: true}).Messages...)
+	}
+	if len(got) != len(sent) {
+		t.Fatalf("popped %d of %d", len(got), len(sent))
+	}
+	for i, m := range got {
+		s := sent[i]
+		if m.Offset != int64(i) || m.TransactionID != s.TransactionID || string(m.Payload) != string(s.Payload) ||
+			m.TraceID != s.TraceID || fmt.Sprint(m.Headers) != fmt.Sprint(s.Headers) {
+			t.Fatalf("offset %d came back as %+v, sent %+v", i, m, s)
+		}
+	}
+}

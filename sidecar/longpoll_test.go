@@ -201,7 +201,6 @@ func TestDrainEndsWaitingPopsEmpty(t *testing.T) {
 	}
 }
 
-
 func TestSubscriptionFromAFutureTime(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	c := ts.client(t)

@@ -513,9 +513,9 @@ $$;
 CREATE FUNCTION queenside.pop(p_group bigint, p_partition bigint, p_max_partitions integer,
                               p_batch integer, p_lease_seconds integer, p_auto_ack boolean)
 RETURNS TABLE (partition_id bigint, partition_name text, lease_id uuid, lease_from bigint, lease_to bigint,
-               lease_expires_at timestamptz, head_attempts integer, msg_offset bigint, message_id uuid,
-               transaction_id text, payload bytea, committed_at timestamptz, trace_id text, headers bytea,
-               redelivered boolean)
+               lease_expires_at timestamptz, head_attempts integer, seen_to bigint,
+               first_offset bigint, committed_at timestamptz, message_ids uuid[], transaction_ids text[],
+               payloads bytea[], trace_ids text[], headers bytea[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_start_at  timestamptz;
@@ -633,16 +633,25 @@ BEGIN
              WHERE cu.group_id = p_group AND cu.partition_id = c.pid;
         END IF;
 
+        -- One row per segment, holding its messages from v_cur to v_last:
+        -- the caller unpacks the arrays, which costs far less here than a
+        -- row per message. A segment taken whole is passed as it is.
         RETURN QUERY
-        SELECT c.pid, c.pname, v_lease, v_cur, v_last, v_expires, v_attempts,
-               s.base_offset + u.ord - 1, u.mid, u.txid, u.payload, s.committed_at, u.trace, u.hdr,
-               s.base_offset + u.ord - 1 <= coalesce(v_seen, -1)
+        SELECT c.pid, c.pname, v_lease, v_cur, v_last, v_expires, v_attempts, coalesce(v_seen, -1),
+               r.lo, s.committed_at,
+               CASE WHEN r.whole THEN s.message_ids ELSE s.message_ids[r.i:r.j] END,
+               CASE WHEN r.whole THEN s.transaction_ids ELSE s.transaction_ids[r.i:r.j] END,
+               CASE WHEN r.whole THEN s.payloads ELSE s.payloads[r.i:r.j] END,
+               CASE WHEN r.whole THEN s.trace_ids ELSE s.trace_ids[r.i:r.j] END,
+               CASE WHEN r.whole THEN s.headers ELSE s.headers[r.i:r.j] END
           FROM queenside.segments s
-         CROSS JOIN LATERAL unnest(s.message_ids, s.transaction_ids, s.payloads, s.trace_ids, s.headers)
-               WITH ORDINALITY AS u (mid, txid, payload, trace, hdr, ord)
+         CROSS JOIN LATERAL (
+               SELECT greatest(s.base_offset, v_cur) AS lo,
+                      (greatest(s.base_offset, v_cur) - s.base_offset + 1)::integer AS i,
+                      (least(s.last_offset, v_last) - s.base_offset + 1)::integer AS j,
+                      s.base_offset >= v_cur AND s.last_offset <= v_last AS whole) r
          WHERE s.partition_id = c.pid AND s.last_offset >= v_cur AND s.base_offset <= v_last
-           AND s.base_offset + u.ord - 1 BETWEEN v_cur AND v_last
-         ORDER BY 8;
+         ORDER BY s.last_offset;
     END LOOP;
 END;
 $$;

@@ -29,7 +29,7 @@ type PopRequest struct {
 }
 
 const popSQL = `SELECT partition_id, partition_name, lease_id, lease_from, lease_to, lease_expires_at,
-	head_attempts, msg_offset, message_id, transaction_id, payload, committed_at, trace_id, headers, redelivered
+	head_attempts, seen_to, first_offset, committed_at, message_ids, transaction_ids, payloads, trace_ids, headers
 FROM queenside.pop($1, $2, $3, $4, $5, $6)`
 
 // ErrMessageTooLarge means the next message alone would not fit in a
@@ -128,7 +128,7 @@ func (s *Store) popOnce(ctx context.Context, r PopRequest, maxBytes int) (res pr
 }
 
 // readPop reads the rows of queenside.pop into res and returns the bytes of
-// stored headers seen.
+// stored headers seen. Each row is a run of one segment's messages.
 func readPop(br pgx.BatchResults, r PopRequest, ids groupIDs, res *protocol.PopResult) (headerBytes int, err error) {
 	if _, err := br.Exec(); err != nil { // BEGIN
 		return 0, err
@@ -142,21 +142,23 @@ func readPop(br pgx.BatchResults, r PopRequest, ids groupIDs, res *protocol.PopR
 	var leaseID string
 	for rows.Next() {
 		var (
-			pid                     int64
-			pname                   string
-			lease                   *[16]byte
-			from, to                *int64
-			expires                 *time.Time
-			attempts                *int32
-			m                       protocol.Message
-			mid                     [16]byte
-			trace                   *string
-			headers                 []byte
-			payload                 []byte
-			redelivered, hasHeaders bool
+			pid         int64
+			pname       string
+			lease       *[16]byte
+			from, to    *int64
+			expires     *time.Time
+			attempts    *int32
+			seenTo      int64
+			first       int64
+			committedAt time.Time
+			mids        [][16]byte
+			txids       []string
+			payloads    [][]byte
+			traces      []*string
+			headers     [][]byte
 		)
-		if err := rows.Scan(&pid, &pname, &lease, &from, &to, &expires, &attempts,
-			&m.Offset, &mid, &m.TransactionID, &payload, &m.CommittedAt, &trace, &headers, &redelivered); err != nil {
+		if err := rows.Scan(&pid, &pname, &lease, &from, &to, &expires, &attempts, &seenTo,
+			&first, &committedAt, &mids, &txids, &payloads, &traces, &headers); err != nil {
 			return headerBytes, err
 		}
 		if pid != lastPartition {
@@ -169,19 +171,27 @@ func readPop(br pgx.BatchResults, r PopRequest, ids groupIDs, res *protocol.PopR
 				})
 			}
 		}
-		m.Queue, m.Partition, m.LeaseID, m.Redelivered = r.Queue, pname, leaseID, redelivered
-		m.MessageID = uuid.UUID(mid).String()
-		m.Payload = payload
-		if trace != nil {
-			m.TraceID = *trace
+		if len(txids) != len(mids) || len(payloads) != len(mids) {
+			return headerBytes, fmt.Errorf("segment of %s at %d has arrays of %d, %d and %d", pname, first, len(mids), len(txids), len(payloads))
 		}
-		if hasHeaders = headers != nil; hasHeaders {
-			headerBytes += len(headers)
-			if err := msgpack.Unmarshal(headers, &m.Headers); err != nil {
-				return headerBytes, fmt.Errorf("stored headers of offset %d: %w", m.Offset, err)
+		for i := range mids {
+			m := protocol.Message{
+				Queue: r.Queue, Partition: pname, Offset: first + int64(i),
+				MessageID: uuid.UUID(mids[i]).String(), TransactionID: txids[i], Payload: payloads[i],
+				CommittedAt: committedAt, LeaseID: leaseID,
 			}
+			m.Redelivered = m.Offset <= seenTo
+			if i < len(traces) && traces[i] != nil {
+				m.TraceID = *traces[i]
+			}
+			if i < len(headers) && headers[i] != nil {
+				headerBytes += len(headers[i])
+				if err := msgpack.Unmarshal(headers[i], &m.Headers); err != nil {
+					return headerBytes, fmt.Errorf("stored headers of offset %d: %w", m.Offset, err)
+				}
+			}
+			res.Messages = append(res.Messages, m)
 		}
-		res.Messages = append(res.Messages, m)
 	}
 	return headerBytes, rows.Err()
 }
