@@ -699,36 +699,32 @@ BEGIN
       FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
      WHERE p.id = p_partition;
 
-    FOR i IN 1 .. n LOOP
-        IF v_off[i] IS NULL THEN
+    -- Items named by transaction id: resolve them through the hashes still
+    -- kept; one not found is unresolvable (and its message comes again).
+    IF p_hashes IS NOT NULL THEN
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN v_off[i] IS NOT NULL;
             v_found := NULL;
             SELECT d.msg_offset INTO v_found FROM queenside.dedup d
              WHERE d.partition_id = p_partition AND d.hash = p_hashes[i] AND d.committed_at > now() - v_keep;
-            IF v_found IS NULL THEN
-                v_code[i] := 'unresolvable';
-                CONTINUE;
-            END IF;
             v_off[i] := v_found;
-        END IF;
-        IF v_off[i] < c.lease_from OR v_off[i] > c.lease_to THEN
-            v_code[i] := 'not_in_lease';
-        ELSIF p_failed[i] AND (v_fail IS NULL OR v_off[i] < v_fail) THEN
-            v_fail := v_off[i];
-        END IF;
-    END LOOP;
+        END LOOP;
+    END IF;
 
-    -- Completed items at or above the lowest failure are rewound, and so
-    -- are completions remembered from earlier calls: everything from the
-    -- failure on is delivered again.
-    v_done := ARRAY(SELECT x FROM unnest(coalesce(c.lease_done, '{}')) x WHERE v_fail IS NULL OR x < v_fail);
-    FOR i IN 1 .. n LOOP
-        CONTINUE WHEN v_code[i] IS NOT NULL OR p_failed[i];
-        IF v_fail IS NOT NULL AND v_off[i] >= v_fail THEN
-            v_code[i] := 'rewound';
-        ELSE
-            v_done := v_done || v_off[i];
-        END IF;
-    END LOOP;
+    -- The lowest failure inside the lease clamps the cursor. Completed items
+    -- at or above it are rewound, and so are completions remembered from
+    -- earlier calls: everything from the failure on is delivered again.
+    SELECT min(u.o) INTO v_fail FROM unnest(v_off, p_failed) AS u (o, f)
+     WHERE u.f AND u.o BETWEEN c.lease_from AND c.lease_to;
+    v_code := ARRAY(
+        SELECT CASE WHEN u.o IS NULL THEN 'unresolvable'
+                    WHEN u.o < c.lease_from OR u.o > c.lease_to THEN 'not_in_lease'
+                    WHEN NOT u.f AND u.o >= v_fail THEN 'rewound' END
+          FROM unnest(v_off, p_failed) WITH ORDINALITY AS u (o, f, i) ORDER BY u.i);
+    v_done := ARRAY(SELECT x FROM unnest(coalesce(c.lease_done, '{}')) x WHERE v_fail IS NULL OR x < v_fail)
+           || ARRAY(SELECT u.o FROM unnest(v_off, p_failed) AS u (o, f)
+                     WHERE NOT u.f AND u.o BETWEEN c.lease_from AND c.lease_to
+                       AND (v_fail IS NULL OR u.o < v_fail));
 
     -- The cursor moves over the completed run that starts at it: among the
     -- distinct completed offsets from the cursor up, in order, the k-th is

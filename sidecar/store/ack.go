@@ -74,7 +74,7 @@ func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.Ack
 func ackArgs(la *leaseAck, items []protocol.AckItem) []any {
 	n := len(la.indexes)
 	offsets := make([]*int64, n)
-	hashes := make([]*[16]byte, n)
+	var hashes []*[16]byte // nil when every item names an offset
 	failed := make([]bool, n)
 	errs := make([]*string, n)
 	for j, i := range la.indexes {
@@ -82,6 +82,9 @@ func ackArgs(la *leaseAck, items []protocol.AckItem) []any {
 		if it.Offset != nil {
 			offsets[j] = it.Offset
 		} else {
+			if hashes == nil {
+				hashes = make([]*[16]byte, n)
+			}
 			h := [16]byte(TransactionHash(it.TransactionID))
 			hashes[j] = &h
 		}
