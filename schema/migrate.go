@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -92,32 +93,31 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 		CREATE TABLE IF NOT EXISTS queenside.schema_migrations (
 			version    integer PRIMARY KEY,
 			name       text NOT NULL,
+			checksum   text,
 			applied_at timestamptz NOT NULL DEFAULT now()
-		)`); err != nil {
+		);
+		ALTER TABLE queenside.schema_migrations ADD COLUMN IF NOT EXISTS checksum text`); err != nil {
 		return nil, fmt.Errorf("migrate: create bookkeeping: %w", err)
 	}
-	applied := map[int]bool{}
-	rows, err := conn.Query(ctx, "SELECT version FROM queenside.schema_migrations")
+	applied, err := appliedChecksums(ctx, conn)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: list applied: %w", err)
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return nil, fmt.Errorf("migrate: list applied: %w", err)
-	}
-	for _, v := range versions {
-		applied[int(v)] = true
+		return nil, err
 	}
 	var done []int
 	for _, m := range ms {
-		if applied[m.Version] {
+		if sum, ok := applied[m.Version]; ok {
+			if sum != m.Checksum() {
+				return done, fmt.Errorf("%w: %s as applied to this database is not the one in this build; "+
+					"the database was set up by another version of queenside", ErrSchemaMismatch, m.Name)
+			}
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO queenside.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+			_, err := tx.Exec(ctx, "INSERT INTO queenside.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+				m.Version, m.Name, m.Checksum())
 			return err
 		})
 		if err != nil {
@@ -126,4 +126,34 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// ErrSchemaMismatch means a migration was applied in a form other than
+// the one embedded in this build: the schema is not what the code expects.
+var ErrSchemaMismatch = errors.New("migrate: schema mismatch")
+
+// Checksum identifies a migration's exact text.
+func (m Migration) Checksum() string {
+	sum := sha256.Sum256([]byte(m.SQL))
+	return hex.EncodeToString(sum[:])
+}
+
+// appliedChecksums maps each applied version to the checksum recorded
+// with it ("" when none was).
+func appliedChecksums(ctx context.Context, conn *pgx.Conn) (map[int]string, error) {
+	rows, err := conn.Query(ctx, "SELECT version, coalesce(checksum, '') FROM queenside.schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list applied: %w", err)
+	}
+	applied := map[int]string{}
+	var version int32
+	var sum string
+	_, err = pgx.ForEachRow(rows, []any{&version, &sum}, func() error {
+		applied[int(version)] = sum
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list applied: %w", err)
+	}
+	return applied, nil
 }

@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -108,4 +109,21 @@ func TestMigrationsAreNumberedInOrder(t *testing.T) {
 	if len(schema.Fingerprint()) != 64 {
 		t.Fatal("fingerprint is not a sha256 hex digest")
 	}
+}
+
+func TestAChangedMigrationIsRefused(t *testing.T) {
+	db := emptyDatabase(t)
+	conn := connect(t, db)
+	if err := schema.Migrate(context.Background(), conn); err != nil {
+		t.Fatal(err)
+	}
+	// As if this database had been set up by a build whose first migration differed.
+	if _, err := conn.Exec(context.Background(), "UPDATE queenside.schema_migrations SET checksum = 'other' WHERE version = 1"); err != nil {
+		t.Fatal(err)
+	}
+	err := schema.Migrate(context.Background(), conn)
+	if !errors.Is(err, schema.ErrSchemaMismatch) {
+		t.Fatalf("migrating over a different schema: %v, want ErrSchemaMismatch", err)
+	}
+	t.Log(err)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	queenside "github.com/queenside/queenside/clients/go"
+	"github.com/queenside/queenside/schema"
 	"github.com/queenside/queenside/sidecar"
 	"github.com/queenside/queenside/sidecar/pgserver"
 )
@@ -24,6 +26,7 @@ func devCommand() *cli.Command {
 		Flags: append(daemonFlags(queenside.DevSocket, ".queenside/spool"),
 			&cli.StringFlag{Name: "dir", Value: ".queenside", Usage: "working directory for the PostgreSQL cluster (reused across runs)"},
 			&cli.StringFlag{Name: "database-url", Usage: "use this database instead of starting one", EnvVars: []string{"QUEENSIDE_DATABASE_URL"}},
+			&cli.BoolFlag{Name: "reset", Usage: "drop the development database first, with all its queues and messages"},
 		),
 		Action: runDev,
 	}
@@ -54,7 +57,7 @@ func runDev(c *cli.Context) error {
 				cfg.Logger.Error("stop PostgreSQL", "error", err)
 			}
 		}()
-		if err := createDatabase(ctx, pg.URL("postgres"), devDatabase); err != nil {
+		if err := createDatabase(ctx, pg.URL("postgres"), devDatabase, c.Bool("reset")); err != nil {
 			return err
 		}
 		cfg.DatabaseURL = pg.URL(devDatabase)
@@ -71,16 +74,26 @@ Ctrl-C stops the sidecar and PostgreSQL.
 
 `, abs, cfg.DatabaseURL, queenside.DevSocket, abs)
 	}
-	return sidecar.Run(ctx, cfg)
+	err = sidecar.Run(ctx, cfg)
+	if errors.Is(err, schema.ErrSchemaMismatch) && c.String("database-url") == "" {
+		return fmt.Errorf("%w\nThe development database was made by another version: `queenside dev --reset` recreates it", err)
+	}
+	return err
 }
 
 // createDatabase creates name unless it exists: a second run reuses it.
-func createDatabase(ctx context.Context, adminURL, name string) error {
+// With reset, an existing one is dropped first.
+func createDatabase(ctx context.Context, adminURL, name string, reset bool) error {
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	defer conn.Close(ctx)
+	if reset {
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop database %s: %w", name, err)
+		}
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
 		return fmt.Errorf("look for database %s: %w", name, err)
