@@ -126,7 +126,7 @@ func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger) er
 			return nil
 		}
 		if !store.IsUnavailable(err) {
-			return fmt.Errorf("migrate: %w", err)
+			return err // already says it is about migrating
 		}
 		log.Warn("database unreachable; will migrate once it answers", "error", err, "retry_in", backoff)
 		select {
