@@ -427,6 +427,10 @@ BEGIN
             UNION ALL
             SELECT p.id, NULL FROM queenside.partitions p, queenside.groups g
              WHERE p.queue_id = o_queue AND g.id = o_group AND g.start_at > clock_timestamp()) c;
+    -- A new group adds a cursor per partition at once; without fresh
+    -- statistics pop's plans would treat the group as empty (sorting every
+    -- cursor instead of reading them in order) until autovacuum came by.
+    ANALYZE queenside.cursors;
 END;
 $$;
 
