@@ -48,6 +48,19 @@ func goldenCases(t testing.TB) []goldenCase {
 		{"response_stats", "response", Response{ID: 4, Result: raw(StatsResult{Queue: "orders", Partitions: []PartitionStats{
 			{Partition: "eu-1", HeadOffset: 70000, Messages: 65536, Groups: []GroupStats{{Group: "billing", Cursor: 65000, Lag: 5000, Leased: true}}},
 		}})}},
+		{"response_pop", "response", Response{ID: 7, Result: raw(PopResult{
+			Messages: []Message{
+				{Queue: "orders", Partition: "eu-1", Offset: 41, MessageID: "019ad4a0-7c00-7000-8000-000000000002",
+					TransactionID: "order-1002", Payload: raw([]any{"sku-2", 1}), CommittedAt: committedAt,
+					TraceID: "trace-2", Headers: map[string]string{"source": "web"},
+					LeaseID: "3.17.5f0c6a8e4f2b4c1d9a7e3b2c1d0e9f8a", Redelivered: true},
+				{Queue: "orders", Partition: "eu-1", Offset: 42, MessageID: "019ad4a0-7c00-7000-8000-000000000003",
+					TransactionID: "order-1003", Payload: raw("plain"), CommittedAt: committedAt,
+					LeaseID: "3.17.5f0c6a8e4f2b4c1d9a7e3b2c1d0e9f8a"},
+			},
+			Leases: []Lease{{LeaseID: "3.17.5f0c6a8e4f2b4c1d9a7e3b2c1d0e9f8a", Queue: "orders", Partition: "eu-1",
+				Group: "billing", FromOffset: 41, ToOffset: 42, ExpiresAt: committedAt.Add(time.Minute).Truncate(time.Second), HeadAttempts: 2}},
+		})}},
 		{"response_error", "response", Response{ID: 5, Error: &Error{Code: CodeInvalidArgument, Message: "items: must hold at least one item",
 			Details: map[string]any{"field": "items"}}}},
 		{"response_error_retryable", "response", Response{ID: 6, Error: Errorf(CodeUnavailable, "database unavailable")}},

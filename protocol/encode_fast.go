@@ -1,0 +1,97 @@
+package protocol
+
+import "github.com/vmihailenco/msgpack/v5"
+
+// The results sent most often are encoded by hand rather than by
+// reflection: the same bytes (the golden frames check it), a fraction of the
+// work. Keys are written in field order, and empty optional fields are left
+// out exactly as the struct tags' omitempty would.
+
+// EncodeMsgpack writes r as a map.
+func (r PushResult) EncodeMsgpack(e *msgpack.Encoder) error {
+	n := 5
+	n += boolInt(r.MessageID != "") + boolInt(r.Offset != nil) + boolInt(!r.CommittedAt.IsZero()) + boolInt(r.Error != nil)
+	w := fieldWriter{e: e}
+	w.mapLen(n)
+	w.int("index", int64(r.Index))
+	w.str("status", r.Status)
+	w.str("queue", r.Queue)
+	w.str("partition", r.Partition)
+	w.str("transactionId", r.TransactionID)
+	if r.MessageID != "" {
+		w.str("messageId", r.MessageID)
+	}
+	if r.Offset != nil {
+		w.int("offset", *r.Offset)
+	}
+	if !r.CommittedAt.IsZero() {
+		w.key("committedAt")
+		w.err(e.EncodeTime(r.CommittedAt))
+	}
+	if r.Error != nil {
+		w.key("error")
+		w.err(e.Encode(r.Error))
+	}
+	return w.failed
+}
+
+// EncodeMsgpack writes m as a map; the payload goes out as stored.
+func (m Message) EncodeMsgpack(e *msgpack.Encoder) error {
+	n := 8 + boolInt(m.TraceID != "") + boolInt(len(m.Headers) > 0) + boolInt(m.LeaseID != "")
+	w := fieldWriter{e: e}
+	w.mapLen(n)
+	w.str("queue", m.Queue)
+	w.str("partition", m.Partition)
+	w.int("offset", m.Offset)
+	w.str("messageId", m.MessageID)
+	w.str("transactionId", m.TransactionID)
+	w.key("payload")
+	w.err(m.Payload.EncodeMsgpack(e))
+	w.key("committedAt")
+	w.err(e.EncodeTime(m.CommittedAt))
+	if m.TraceID != "" {
+		w.str("traceId", m.TraceID)
+	}
+	if len(m.Headers) > 0 {
+		w.key("headers")
+		w.err(e.Encode(m.Headers))
+	}
+	if m.LeaseID != "" {
+		w.str("leaseId", m.LeaseID)
+	}
+	w.key("redelivered")
+	w.err(e.EncodeBool(m.Redelivered))
+	return w.failed
+}
+
+// fieldWriter writes map entries and keeps the first error.
+type fieldWriter struct {
+	e      *msgpack.Encoder
+	failed error
+}
+
+func (w *fieldWriter) err(err error) {
+	if w.failed == nil {
+		w.failed = err
+	}
+}
+
+func (w *fieldWriter) mapLen(n int) { w.err(w.e.EncodeMapLen(n)) }
+func (w *fieldWriter) key(k string) { w.err(w.e.EncodeString(k)) }
+
+func (w *fieldWriter) str(k, v string) {
+	w.key(k)
+	w.err(w.e.EncodeString(v))
+}
+
+func (w *fieldWriter) int(k string, v int64) {
+	w.key(k)
+	w.err(w.e.EncodeInt(v))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
