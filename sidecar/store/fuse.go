@@ -2,14 +2,23 @@ package store
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // Group commit. Concurrent pushes, from any number of connections, are
-// fused into one transaction: a handful of workers each take every push
-// waiting when they become free, so under load one commit (one WAL flush,
-// one round trip) carries many requests, and an idle sidecar adds no delay
-// at all. Fusing changes no outcome: items keep their order (requests in
+// fused into one transaction, so under load one commit (one WAL flush, one
+// round trip, one call's fixed cost) carries many requests.
+//
+// One worker at a time gathers the pushes waiting. It starts its
+// transaction at once when none is running (an idle sidecar adds no delay)
+// or when what it holds touches many partitions (such transactions are
+// heavy, and two running side by side keep PostgreSQL's cores busy).
+// Otherwise it keeps gathering until the running transaction ends, or a
+// short hold runs out: small transactions one after the other, each as full
+// as possible, cost PostgreSQL least. Measured in BENCHMARKS.md.
+//
+// Fusing changes no outcome: items keep their order (requests in
 // arrival order, items in request order, so one request's items for a
 // partition stay consecutive), a transaction id repeated across fused
 // requests is a duplicate of the earlier one exactly as if they had run one
@@ -17,10 +26,16 @@ import (
 // retried alone so that it cannot fail anyone else's.
 
 const (
-	pushWorkers    = 4
-	maxFusedItems  = 10000
+	pushWorkers    = 4     // transactions that may run at once
+	maxFusedItems  = 10000 // a transaction stops gathering here
 	pushQueueDepth = 1024
 	fusedTxTimeout = 30 * time.Second
+	// heavyPartitions is how many partitions make a transaction worth
+	// running beside another rather than waiting to fuse.
+	heavyPartitions = 64
+	// maxHold bounds how long gathered pushes wait for a running
+	// transaction (one stuck on a lock must not stall the rest).
+	maxHold = 5 * time.Millisecond
 )
 
 type pushJob struct {
@@ -58,26 +73,98 @@ func (s *Store) runPushers(ctx context.Context) {
 	}
 }
 
+// txGate tracks the push transactions running, for gathering workers.
+type txGate struct {
+	gather  sync.Mutex // held by the one worker gathering
+	mu      sync.Mutex
+	running int
+	ended   chan struct{} // closed when a transaction ends, then replaced
+}
+
+func (g *txGate) state() (int, <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended == nil {
+		g.ended = make(chan struct{})
+	}
+	return g.running, g.ended
+}
+
+func (g *txGate) begin() {
+	g.mu.Lock()
+	g.running++
+	g.mu.Unlock()
+}
+
+func (g *txGate) end() {
+	g.mu.Lock()
+	g.running--
+	if g.ended != nil {
+		close(g.ended)
+		g.ended = nil
+	}
+	g.mu.Unlock()
+}
+
 func (s *Store) pushWorker(ctx context.Context) {
 	for {
-		var first *pushJob
-		select {
-		case first = <-s.pushes:
-		case <-ctx.Done():
+		jobs := s.gatherPushes(ctx)
+		if jobs == nil {
 			return
 		}
-		jobs, n := []*pushJob{first}, len(first.msgs)
-	gather: // whatever else is already waiting, without waiting for more
-		for n < maxFusedItems {
-			select {
-			case j := <-s.pushes:
-				jobs, n = append(jobs, j), n+len(j.msgs)
-			default:
-				break gather
-			}
-		}
+		s.gate.begin()
 		s.commitFused(jobs)
+		s.gate.end()
 	}
+}
+
+// gatherPushes returns the next transaction's pushes, or nil when ctx ends.
+func (s *Store) gatherPushes(ctx context.Context) []*pushJob {
+	s.gate.gather.Lock()
+	defer s.gate.gather.Unlock()
+	var jobs []*pushJob
+	items := 0
+	partitions := map[partitionKey]struct{}{}
+	add := func(j *pushJob) {
+		jobs, items = append(jobs, j), items+len(j.msgs)
+		for i := range j.msgs {
+			partitions[partitionKey{j.msgs[i].Queue, j.msgs[i].Partition}] = struct{}{}
+		}
+	}
+	select {
+	case j := <-s.pushes:
+		add(j)
+	case <-ctx.Done():
+		return nil
+	}
+	var hold <-chan time.Time
+	for items < maxFusedItems {
+		select { // whatever is already waiting
+		case j := <-s.pushes:
+			add(j)
+			continue
+		default:
+		}
+		running, ended := s.gate.state()
+		if running == 0 || len(partitions) >= heavyPartitions {
+			break
+		}
+		if hold == nil {
+			t := time.NewTimer(maxHold)
+			defer t.Stop()
+			hold = t.C
+		}
+		select {
+		case j := <-s.pushes:
+			add(j)
+		case <-ended:
+		case <-hold:
+			return jobs
+		case <-ctx.Done():
+			return jobs
+		}
+	}
+	return jobs
 }
 
 // commitFused runs jobs in one transaction and answers each.

@@ -22,6 +22,7 @@ type Store struct {
 	groups idCache[groupKey, groupIDs]
 	trips  *roundTrips
 	pushes chan *pushJob // to the group-commit workers
+	gate   txGate
 	stop   context.CancelFunc
 }
 
