@@ -561,3 +561,24 @@ func TestPopReturnsWhatWasPushed(t *testing.T) {
 		}
 	}
 }
+
+// Failing a message the cursor already passed comes too late: it changes
+// nothing (no rewind, no release, no charge) and the item says so.
+func TestFailureBelowTheCursorChangesNothing(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	pushN(t, c, "q", "p", "x", 3)
+	m := mustPop(t, c, protocol.PopArgs{Queue: "q", Batch: 3}).Messages
+	mustAck(t, c, queenside.Completed(m[0]))
+	ar := mustAck(t, c, queenside.Failed(m[0], "too late"), queenside.Completed(m[2]))
+	if ar.Results[0].Success || ar.Results[0].Code != protocol.ItemNotInLease || !ar.Results[1].Success {
+		t.Fatalf("results %+v", ar.Results)
+	}
+	if l := ar.Leases[0]; l.Cursor != 1 || l.Released {
+		t.Fatalf("lease %+v, want cursor 1 and still held", l)
+	}
+	ar = mustAck(t, c, queenside.Completed(m[1]))
+	if l := ar.Leases[0]; l.Cursor != 3 || !l.Released {
+		t.Fatalf("lease %+v, want cursor 3 and released: the completion of 2 was kept", l)
+	}
+}

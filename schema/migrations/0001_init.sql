@@ -718,11 +718,14 @@ BEGIN
     -- The lowest failure inside the lease clamps the cursor. Completed items
     -- at or above it are rewound, and so are completions remembered from
     -- earlier calls: everything from the failure on is delivered again.
+    -- A failure below the cursor comes too late: that message was
+    -- completed and the cursor passed it. It changes nothing, and says so.
     SELECT min(u.o) INTO v_fail FROM unnest(v_off, p_failed) AS u (o, f)
-     WHERE u.f AND u.o BETWEEN c.lease_from AND c.lease_to;
+     WHERE u.f AND u.o BETWEEN greatest(c.lease_from, c.committed) AND c.lease_to;
     v_code := ARRAY(
         SELECT CASE WHEN u.o IS NULL THEN 'unresolvable'
                     WHEN u.o < c.lease_from OR u.o > c.lease_to THEN 'not_in_lease'
+                    WHEN u.f AND u.o < c.committed THEN 'not_in_lease'
                     WHEN NOT u.f AND u.o >= v_fail THEN 'rewound' END
           FROM unnest(v_off, p_failed) WITH ORDINALITY AS u (o, f, i) ORDER BY u.i);
     v_done := ARRAY(SELECT x FROM unnest(coalesce(c.lease_done, '{}')) x WHERE v_fail IS NULL OR x < v_fail)
