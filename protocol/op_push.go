@@ -87,11 +87,8 @@ func DecodePushArgs(raw []byte) (PushArgs, error) {
 	return a, nil
 }
 
-// DecodePushItem reads one push item; problems are reported in Invalid.
-func DecodePushItem(raw []byte) PushItem {
-	return decodePushItem(newDec(raw), raw)
-}
-
+// decodePushItem reads one push item with the decoder x; problems are
+// reported in Invalid.
 func decodePushItem(x *dec, raw []byte) PushItem {
 	var it PushItem
 	seenPayload := false
