@@ -1,11 +1,11 @@
 -- queenside storage, version 1.
 --
--- Messages are stored in segments: one row per push batch per partition,
--- holding every message of the batch in parallel arrays. PostgreSQL writes one
--- heap row and one index entry per batch instead of per message, which is what
--- lets a 2-core machine push 100k messages a second. The 128-bit hashes of the
+-- Messages are stored in segments: one row per push transaction per
+-- partition, holding its messages in parallel arrays. PostgreSQL writes one
+-- heap row and one index entry per segment instead of per message, which is
+-- what makes batched pushes cheap (BENCHMARKS.md). The 128-bit hashes of the
 -- transaction ids live beside them in dedup, one row per message, so that the
--- duplicate probe is exact.
+-- duplicate verdict is exact.
 
 CREATE TABLE queenside.queues (
     id                          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
