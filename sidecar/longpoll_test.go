@@ -57,8 +57,11 @@ func TestIdleLongPollDoesNotBusyPoll(t *testing.T) {
 		t.Fatalf("pop on an empty queue returned %d messages after %v", len(res.Messages), waited)
 	}
 	// One look at first, then a safety re-check a second; a look is two
-	// round trips (the pop with its BEGIN, then the COMMIT).
-	if n := ts.srv.store.RoundTrips() - before; n > 2*6 {
+	// round trips (the pop with its BEGIN, then the COMMIT), and a third
+	// when the pool pings a connection that sat idle for over a second,
+	// which a loaded machine's timing makes happen now and then. Busy
+	// polling would be hundreds.
+	if n := ts.srv.store.RoundTrips() - before; n > 3*6 {
 		t.Fatalf("%d database round trips during a 4 s idle wait: busy polling", n)
 	} else {
 		t.Logf("%d database round trips during a 4 s idle wait", n)
