@@ -31,4 +31,7 @@ type SpoolHealth struct {
 	Bytes     int64      `msgpack:"bytes" json:"bytes"`
 	OldestAt  *time.Time `msgpack:"oldestAt,omitempty" json:"oldestAt,omitempty"`
 	Replaying bool       `msgpack:"replaying" json:"replaying"`
+	// Warnings name what an operator must look at: spool files moved to
+	// quarantine/, records older than their queue's dedup window.
+	Warnings []string `msgpack:"warnings,omitempty" json:"warnings,omitempty"`
 }

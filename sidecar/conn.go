@@ -88,7 +88,12 @@ func (c *conn) serve() {
 				c.handlers.Done()
 			}()
 			res, err := c.s.dispatch(c.ctx, req)
-			c.respond(req.ID, res, err)
+			var perr *protocol.Error
+			if err != nil {
+				perr = c.s.toProtocolError(err)
+			}
+			c.s.metrics.served(req.Op, perr, res)
+			c.respond(req.ID, res, perr)
 		}()
 	}
 }
@@ -125,9 +130,9 @@ func (c *conn) peerAllowed() bool {
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-func (c *conn) respond(id uint64, result any, err error) {
-	if err != nil {
-		c.writeError(id, c.s.toProtocolError(err))
+func (c *conn) respond(id uint64, result any, perr *protocol.Error) {
+	if perr != nil {
+		c.writeError(id, perr)
 		return
 	}
 	bp := bodyPool.Get().(*[]byte)

@@ -28,7 +28,7 @@ func (s *Server) operations() map[string]opSpec {
 	ops := map[string]opSpec{
 		protocol.OpHello:     {fn: s.opHello, local: true},
 		protocol.OpHealth:    {fn: s.opHealth, local: true, duringDrain: true},
-		protocol.OpPush:      {fn: s.opPush},
+		protocol.OpPush:      {fn: s.opPush, local: true}, // spooled until the schema is ready
 		protocol.OpConfigure: {fn: s.opConfigure},
 		protocol.OpQueues:    {fn: s.opQueues},
 		protocol.OpStats:     {fn: s.opStats},

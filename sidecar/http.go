@@ -15,6 +15,8 @@ import (
 //	        database is down would gain nothing.
 //	/health a real database round trip; 200 or 503 with the health JSON.
 //	        Use it for readiness.
+//	/metrics Prometheus text: requests, push statuses, the spool and its
+//	        replay, database reachability, connections, leases.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
@@ -29,6 +31,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		json.NewEncoder(w).Encode(h) //nolint:errcheck // the probe reads the status
 	})
+	mux.Handle("GET /metrics", s.metrics.handler())
 	return mux
 }
 

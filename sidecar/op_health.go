@@ -38,6 +38,14 @@ func (s *Server) Health(ctx context.Context) protocol.HealthResult {
 	if s.draining.Load() {
 		h.Status = protocol.HealthDraining
 	}
+	if s.buffer != nil {
+		b := s.buffer.Stats()
+		h.Spool = protocol.SpoolHealth{Records: int64(b.Records), Bytes: b.Bytes, Replaying: b.Replaying, Warnings: b.Warnings}
+		if !b.Oldest.IsZero() {
+			oldest := b.Oldest.UTC()
+			h.Spool.OldestAt = &oldest
+		}
+	}
 	return h
 }
 

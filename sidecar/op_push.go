@@ -2,11 +2,14 @@ package sidecar
 
 import (
 	"context"
+	"errors"
+	"slices"
 
 	"github.com/google/uuid"
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/spool"
 )
 
 // opPush stores the valid items of a request in one transaction. Each item
@@ -41,17 +44,90 @@ func (s *Server) opPush(ctx context.Context, raw []byte) (any, error) {
 	if len(msgs) == 0 {
 		return protocol.PushReply{Results: results}, nil
 	}
+	if s.buffer == nil {
+		if !s.ready.Load() {
+			return nil, protocol.Errorf(protocol.CodeUnavailable, "the database schema is not ready yet")
+		}
+		return s.pushToDatabase(ctx, msgs, positions, results)
+	}
+	// Items go to the spool while PostgreSQL is known to be unreachable (or
+	// not yet migrated), and while their partition has spooled items that
+	// they must not overtake; the rest go to the database.
+	var direct, spooled []int // indexes into msgs
+	for j, m := range msgs {
+		if !s.ready.Load() || s.buffer.ShouldSpool(m.Queue, m.Partition) {
+			spooled = append(spooled, j)
+		} else {
+			direct = append(direct, j)
+		}
+	}
+	if len(direct) > 0 {
+		dm, dp := pick(msgs, direct), pick(positions, direct)
+		outcomes, err := s.store.Push(ctx, dm)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, err // out of time (answered deadline_exceeded): nothing committed
+		case err != nil && store.IsUnavailable(err):
+			s.buffer.MarkDown()
+			s.log.Warn("database unavailable; spooling the push", "items", len(dm), "error", err)
+			// In request order, so each partition keeps its items' order.
+			spooled = append(spooled, direct...)
+			slices.Sort(spooled)
+		case err != nil:
+			s.failAll(results, dp, s.toProtocolError(err))
+		default:
+			fillOutcomes(results, dp, outcomes)
+		}
+	}
+	if len(spooled) > 0 {
+		s.spool(pick(msgs, spooled), pick(positions, spooled), results)
+	}
+	return protocol.PushReply{Results: results}, nil
+}
+
+// pushToDatabase stores messages, answering each item queued or duplicate,
+// or failed with the reason.
+func (s *Server) pushToDatabase(ctx context.Context, msgs []store.Message, positions []int, results []protocol.PushResult) (any, error) {
 	outcomes, err := s.store.Push(ctx, msgs)
 	if err != nil && ctx.Err() != nil {
 		return nil, err // out of time (answered deadline_exceeded): nothing committed
 	}
 	if err != nil {
-		perr := s.toProtocolError(err)
-		for _, i := range positions {
-			results[i].Status, results[i].Error = protocol.StatusFailed, perr
-		}
-		return protocol.PushReply{Results: results}, nil
+		s.failAll(results, positions, s.toProtocolError(err))
+	} else {
+		fillOutcomes(results, positions, outcomes)
 	}
+	return protocol.PushReply{Results: results}, nil
+}
+
+// spool writes messages to the disk spool and answers them buffered once
+// fsynced. A spool that is full or cannot write fails them: an item is
+// answered buffered only when it is on disk.
+func (s *Server) spool(msgs []store.Message, positions []int, results []protocol.PushResult) {
+	err := s.buffer.Add(msgs)
+	switch {
+	case err == nil:
+		for j, i := range positions {
+			r := &results[i]
+			r.Status, r.MessageID, r.TransactionID = protocol.StatusBuffered, msgs[j].MessageID.String(), msgs[j].TransactionID
+		}
+	case errors.Is(err, spool.ErrFull):
+		s.failAll(results, positions, protocol.Errorf(protocol.CodeSpoolFull,
+			"PostgreSQL is unreachable and the spool is at its byte limit: %v", err))
+	default:
+		s.log.Error("spooling a push failed", "items", len(msgs), "error", err)
+		s.failAll(results, positions, protocol.Errorf(protocol.CodeUnavailable,
+			"PostgreSQL is unreachable and the spool could not store the items: %v", err))
+	}
+}
+
+func (s *Server) failAll(results []protocol.PushResult, positions []int, perr *protocol.Error) {
+	for _, i := range positions {
+		results[i].Status, results[i].Error = protocol.StatusFailed, perr
+	}
+}
+
+func fillOutcomes(results []protocol.PushResult, positions []int, outcomes []store.Outcome) {
 	for j, i := range positions {
 		o := outcomes[j]
 		r := &results[i]
@@ -62,7 +138,18 @@ func (s *Server) opPush(ctx context.Context, raw []byte) (any, error) {
 		off := o.Offset
 		r.MessageID, r.Offset, r.CommittedAt = o.MessageID.String(), &off, o.CommittedAt
 	}
-	return protocol.PushReply{Results: results}, nil
+}
+
+// pick returns the elements of xs at the given indexes, in order.
+func pick[T any](xs []T, idx []int) []T {
+	if len(idx) == len(xs) {
+		return xs // all of them, in order: no copy
+	}
+	out := make([]T, len(idx))
+	for k, j := range idx {
+		out[k] = xs[j]
+	}
+	return out
 }
 
 func newMessage(it *protocol.PushItem) (store.Message, error) {

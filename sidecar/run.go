@@ -10,7 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/queenside/queenside/sidecar/buffer"
 	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/spool"
 )
 
 // DefaultShutdownGrace is how long a drain waits for requests in flight.
@@ -22,6 +24,7 @@ type Config struct {
 	SocketMode    os.FileMode
 	DatabaseURL   string
 	SpoolDir      string
+	SpoolMaxBytes int64 // 0: the spool's default, 1 GiB
 	HTTPAddr      string
 	MaxFrameBytes int
 	AllowUIDs     []uint32
@@ -51,18 +54,36 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.Close()
+	var buf *buffer.Buffer
 	if cfg.SpoolDir != "" {
-		if err := os.MkdirAll(cfg.SpoolDir, 0o750); err != nil {
-			return fmt.Errorf("create spool directory: %w", err)
+		sp, err := spool.Open(cfg.SpoolDir, spool.Options{MaxBytes: cfg.SpoolMaxBytes, Logger: log.Named("spool")})
+		if err != nil {
+			return fmt.Errorf("open the spool: %w", err)
+		}
+		defer func() {
+			if err := sp.Close(); err != nil {
+				log.Error("closing the spool", "error", err)
+			}
+		}()
+		if buf, err = buffer.New(sp, st, log.Named("spool")); err != nil {
+			return err
 		}
 	}
 	ln, err := ListenSocket(cfg.SocketPath, cfg.SocketMode)
 	if err != nil {
 		return err
 	}
-	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Logger: log})
+	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Buffer: buf, Logger: log})
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
+	replayCtx, stopReplay := context.WithCancel(context.Background())
+	replayDone := make(chan struct{})
+	go func() {
+		defer close(replayDone)
+		if buf != nil {
+			buf.Run(replayCtx, srv.Ready)
+		}
+	}()
 	go func() {
 		if err := migrateUntilDone(ctx, st, log); err != nil {
 			errc <- err
@@ -101,6 +122,9 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("grace period over; closing the remaining connections", "error", err)
 	}
 	srv.Close() // ends what still runs: the notification listener, late connections
+	// Replay stops at a batch boundary; the spool is closed (fsynced) after.
+	stopReplay()
+	<-replayDone
 	if hs != nil {
 		hs.Shutdown(sctx) //nolint:errcheck // best effort on the way out
 	}

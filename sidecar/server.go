@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/buffer"
 	"github.com/queenside/queenside/sidecar/store"
 )
 
@@ -28,7 +29,10 @@ type Options struct {
 	MaxFrameBytes int      // frame body limit; default protocol.DefaultMaxFrameBytes
 	MaxInFlight   int      // requests served at once per connection; default protocol.DefaultMaxInFlight
 	AllowUIDs     []uint32 // peers allowed by SO_PEERCRED; empty allows any
-	Logger        hclog.Logger
+	// Buffer spools pushes while PostgreSQL is unreachable; nil fails them
+	// with unavailable instead.
+	Buffer *buffer.Buffer
+	Logger hclog.Logger
 }
 
 // Server serves the protocol on any number of listeners.
@@ -36,7 +40,9 @@ type Server struct {
 	opts    Options
 	log     hclog.Logger
 	store   *store.Store
+	buffer  *buffer.Buffer
 	ops     map[string]opSpec
+	metrics *metrics
 	id      string
 	started time.Time
 
@@ -71,6 +77,7 @@ func New(st *store.Store, opts Options) *Server {
 		opts:      opts,
 		log:       opts.Logger,
 		store:     st,
+		buffer:    opts.Buffer,
 		id:        uuid.NewString(),
 		started:   time.Now(),
 		baseCtx:   ctx,
@@ -81,6 +88,7 @@ func New(st *store.Store, opts Options) *Server {
 		wakes:     newWakeHub(),
 	}
 	s.ops = s.operations()
+	s.metrics = newMetrics(s)
 	go st.Listen(ctx, s.wakes.wake, s.wakes.wakeAll)
 	return s
 }
@@ -88,6 +96,9 @@ func New(st *store.Store, opts Options) *Server {
 // SetReady marks the schema as migrated: operations that need the database
 // are served from now on.
 func (s *Server) SetReady() { s.ready.Store(true) }
+
+// Ready reports whether the schema is migrated.
+func (s *Server) Ready() bool { return s.ready.Load() }
 
 // ID is this sidecar's identity, announced by hello.
 func (s *Server) ID() string { return s.id }

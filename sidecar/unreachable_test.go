@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/buffer"
 	"github.com/queenside/queenside/sidecar/store"
 )
 
@@ -13,19 +14,7 @@ import (
 // that needs the database answers unavailable (retryable), health says so,
 // and nothing is lost, because nothing was taken.
 func TestUnreachableDatabaseAnswersUnavailable(t *testing.T) {
-	dir := shortTempDir(t)
-	st, err := store.Open(context.Background(), "postgres://postgres@/queenside?host="+dir+"&connect_timeout=2", testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(dir, "qs.sock")
-	ln, err := ListenSocket(socket, 0o660)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := New(st, Options{Logger: testLogger()})
-	go srv.Serve(ln) //nolint:errcheck
-	t.Cleanup(func() { srv.Close(); st.Close() })
+	srv, socket := serveWithoutDatabase(t, nil)
 	c := dialClient(t, socket)
 	ctx := testContext(t)
 
@@ -52,6 +41,30 @@ func TestUnreachableDatabaseAnswersUnavailable(t *testing.T) {
 	if h, _ := c.Health(ctx); h.Status != protocol.HealthUnavailable {
 		t.Fatalf("the sidecar stopped serving: %+v", h)
 	}
+}
+
+// serveWithoutDatabase serves, in this process, a sidecar whose database
+// does not exist, with the spool of newBuffer when given.
+func serveWithoutDatabase(t *testing.T, newBuffer func(*store.Store) *buffer.Buffer) (*Server, string) {
+	t.Helper()
+	dir := shortTempDir(t)
+	st, err := store.Open(context.Background(), "postgres://postgres@/queenside?host="+dir+"&connect_timeout=1", testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Logger: testLogger()}
+	if newBuffer != nil {
+		opts.Buffer = newBuffer(st)
+	}
+	socket := filepath.Join(dir, "qs.sock")
+	ln, err := ListenSocket(socket, 0o660)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(st, opts)
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close(); st.Close() })
+	return srv, socket
 }
 
 func isCode(err error, code protocol.Code) bool {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,14 +16,21 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// TestEveryScenario runs the whole instrument at tiny sizes against a real
-// sidecar child and PostgreSQL, so it cannot rot. It checks correctness
-// only; speed depends on the machine and is never asserted.
-func TestEveryScenario(t *testing.T) {
+// buildSidecar builds the real binary the bench runs as its sidecar.
+func buildSidecar(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "queenside")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/queenside").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// TestEveryScenario runs the whole instrument at tiny sizes against a real
+// sidecar child and PostgreSQL, so it cannot rot. It checks correctness
+// only; speed depends on the machine and is never asserted.
+func TestEveryScenario(t *testing.T) {
+	bin := buildSidecar(t)
 	cfg := DefaultConfig()
 	cfg.DatabaseURL = pgtest.NewDatabase(t)
 	cfg.SidecarBinary = bin
@@ -45,12 +53,18 @@ func TestEveryScenario(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 
-	if len(rep.Scenarios) != len(Scenarios()) {
-		t.Fatalf("%d scenarios reported, want %d", len(rep.Scenarios), len(Scenarios()))
+	// Given a database, the scenarios that stop PostgreSQL are skipped;
+	// TestOutageScenarios runs them.
+	want := slices.DeleteFunc(Scenarios(), stopsPostgres)
+	if len(rep.Scenarios) != len(want) {
+		t.Fatalf("%d scenarios reported, want %d", len(rep.Scenarios), len(want))
+	}
+	if !bytes.Contains(out.Bytes(), []byte("spool: skipped")) {
+		t.Error("the skipped outage scenarios are not reported as skipped")
 	}
 	for i, r := range rep.Scenarios {
-		if r.Name != Scenarios()[i] {
-			t.Errorf("scenario %d is %s, want %s", i, r.Name, Scenarios()[i])
+		if r.Name != want[i] {
+			t.Errorf("scenario %d is %s, want %s", i, r.Name, want[i])
 		}
 		if r.Failed || r.Errors != 0 {
 			t.Errorf("%s: failed %v with %d errors: %v", r.Name, r.Failed, r.Errors, r.ErrorSamples)
@@ -98,8 +112,36 @@ func TestEveryScenario(t *testing.T) {
 	if err := json.Unmarshal(raw, &parsed); err != nil {
 		t.Fatalf("the JSON report does not parse: %v\n%s", err, raw)
 	}
-	if len(parsed.Scenarios) != len(Scenarios()) || parsed.Failed || parsed.Flags["mixed-duration"] != "2s" {
+	if len(parsed.Scenarios) != len(want) || parsed.Failed || parsed.Flags["mixed-duration"] != "2s" {
 		t.Errorf("JSON report: %d scenarios, failed %v, flags %v", len(parsed.Scenarios), parsed.Failed, parsed.Flags)
+	}
+}
+
+// TestOutageScenarios runs spool and replay, which stop and restart the
+// PostgreSQL the bench starts itself.
+func TestOutageScenarios(t *testing.T) {
+	bin := buildSidecar(t)
+	cfg := DefaultConfig()
+	cfg.SidecarBinary = bin
+	cfg.Out = ""
+	cfg.Scenarios = []string{ScenarioSpool, ScenarioReplay}
+	cfg.Messages = 2000
+	var out bytes.Buffer
+	cfg.Output = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Scenarios) != 2 {
+		t.Fatalf("%d scenarios reported, want 2", len(rep.Scenarios))
+	}
+	for _, r := range rep.Scenarios {
+		if r.Failed || r.Messages != 2000 || r.MsgsPerSec <= 0 {
+			t.Errorf("%s: failed %v, %d messages, %v msg/s: %v", r.Name, r.Failed, r.Messages, r.MsgsPerSec, r.ErrorSamples)
+		}
 	}
 }
 

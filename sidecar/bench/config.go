@@ -23,6 +23,8 @@ const (
 	ScenarioLatency    = "latency"
 	ScenarioPartitions = "partitions"
 	ScenarioFanout     = "fanout"
+	ScenarioSpool      = "spool"
+	ScenarioReplay     = "replay"
 )
 
 // Scenarios returns every scenario name in the order Run runs them. The
@@ -30,8 +32,12 @@ const (
 // the backlog push leaves.
 func Scenarios() []string {
 	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioMixed,
-		ScenarioLatency, ScenarioPartitions, ScenarioFanout}
+		ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioSpool, ScenarioReplay}
 }
+
+// stopsPostgres names the scenarios that stop and restart PostgreSQL: they
+// run last, and only against the PostgreSQL the bench started itself.
+func stopsPostgres(name string) bool { return name == ScenarioSpool || name == ScenarioReplay }
 
 // Config is everything a run is told. The JSON names are the command's flag
 // names, so the report records exactly the flags a run had.

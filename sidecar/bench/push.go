@@ -51,6 +51,12 @@ func (bt batcher) items(worker int, from, n int64) []queenside.PushItem {
 // pushOnce sends one push request and checks that every item is queued.
 // It returns how many were.
 func pushOnce(ctx context.Context, c *queenside.Client, t *tally, items []queenside.PushItem) int64 {
+	return pushWanting(ctx, c, t, items, protocol.StatusQueued)
+}
+
+// pushWanting sends one push request and checks that every item comes back
+// with the status wanted. It returns how many did.
+func pushWanting(ctx context.Context, c *queenside.Client, t *tally, items []queenside.PushItem, want string) int64 {
 	start := time.Now()
 	res, err := c.Push(ctx, items...)
 	if err != nil {
@@ -64,15 +70,15 @@ func pushOnce(ctx context.Context, c *queenside.Client, t *tally, items []queens
 	if len(res) != len(items) {
 		t.failf("push: %d results for %d items", len(res), len(items))
 	}
-	var queued int64
+	var ok int64
 	for _, r := range res {
-		if r.Status == protocol.StatusQueued {
-			queued++
+		if r.Status == want {
+			ok++
 			continue
 		}
-		t.failf("push item %s: %s %v", r.TransactionID, r.Status, r.Error)
+		t.failf("push item %s: %s %v, want %s", r.TransactionID, r.Status, r.Error, want)
 	}
-	return queued
+	return ok
 }
 
 // pushAll pushes n messages in batches from every worker, each taking the

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/queenside/queenside/sidecar/pgserver"
 )
 
 // bench is one run: its settings, the sidecar it drives, and what earlier
@@ -23,7 +25,9 @@ type bench struct {
 	socket  string
 	probe   *probe
 	pay     payloads
-	backlog *backlog // push's queue, consumed by popack and autoack
+	backlog *backlog         // push's queue, consumed by popack and autoack
+	pg      *pgserver.Server // the PostgreSQL the bench started; nil when given one
+	spooled *backlog         // what spool left in the sidecar's spool, for replay
 }
 
 // queue names a scenario's queue; the run id makes it unique, so a run
@@ -39,6 +43,8 @@ var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioLatency:    (*bench).scenarioLatency,
 	ScenarioPartitions: (*bench).scenarioPartitions,
 	ScenarioFanout:     (*bench).scenarioFanout,
+	ScenarioSpool:      (*bench).scenarioSpool,
+	ScenarioReplay:     (*bench).scenarioReplay,
 }
 
 // Run sets up what cfg asks for, runs the selected scenarios, prints a line
@@ -81,7 +87,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 	rep.Conditions = conditions(env, cfg)
-	b := &bench{cfg: cfg, runID: rep.RunID, out: out, socket: env.socket, probe: env.probe, pay: pay}
+	b := &bench{cfg: cfg, runID: rep.RunID, out: out, socket: env.socket, probe: env.probe, pay: pay, pg: env.pg}
 
 	printHeader(out, rep)
 	var gone error
@@ -91,6 +97,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		if gone = env.sidecarGone(); gone != nil {
 			break
+		}
+		if stopsPostgres(name) && env.pg == nil {
+			fmt.Fprintf(out, "%s: skipped; it stops PostgreSQL, so it needs the one the bench starts (no --database-url)\n", name)
+			continue
 		}
 		fmt.Fprintf(out, "%s ...\n", name)
 		r := scenarioFuncs[name](b, ctx)

@@ -1,0 +1,170 @@
+// Package buffer is queenside's answer to a database outage. Push items that
+// cannot reach PostgreSQL go to the disk spool, fsynced before they are
+// answered buffered, and are replayed through the same push path, with the
+// same transaction ids and message ids, once PostgreSQL answers again.
+package buffer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/spool"
+)
+
+// Store is what the buffer needs of the database side.
+type Store interface {
+	Push(ctx context.Context, msgs []store.Message) ([]store.Outcome, error)
+	Ping(ctx context.Context) (time.Duration, error)
+	// DedupWindows is every queue's deduplication window.
+	DedupWindows(ctx context.Context) (map[string]time.Duration, error)
+}
+
+// Buffer routes push items to the spool while PostgreSQL is unreachable, and
+// replays them when it is back.
+type Buffer struct {
+	sp      *spool.Spool
+	st      Store
+	log     hclog.Logger
+	pending *pending
+	windows windows
+	kick    chan struct{}
+
+	down      atomic.Bool // the last attempt to reach PostgreSQL failed
+	replaying atomic.Bool
+	replayed  atomic.Int64 // records stored by replay (queued or duplicate)
+	rejected  atomic.Int64 // records the database refused, moved to quarantine/
+
+	// passMu is held by a replay pass and by the counting of an adopted
+	// segment, so a segment is never replayed before its records are counted.
+	passMu sync.Mutex
+
+	warnMu     sync.Mutex
+	quarantine []string // found at open or on adoption
+}
+
+// Stats describes the buffer for health and metrics.
+type Stats struct {
+	spool.Stats
+	Replaying   bool
+	Replayed    int64
+	Rejected    int64
+	DatabaseUp  bool
+	Quarantined []string
+	Warnings    []string
+}
+
+// New returns a buffer over an opened spool. It counts what the spool holds,
+// so the partitions with records waiting are held from the start.
+func New(sp *spool.Spool, st Store, log hclog.Logger) (*Buffer, error) {
+	b := &Buffer{sp: sp, st: st, log: log, pending: newPending(), kick: make(chan struct{}, 1)}
+	rec := sp.Recovery()
+	b.quarantine = append(b.quarantine, rec.Quarantined...)
+	for _, seg := range sp.Sealed() {
+		if err := b.count(seg); err != nil {
+			return nil, err
+		}
+	}
+	if n := sp.Stats().Records; n > 0 {
+		log.Warn("the spool holds pushes to replay", "records", n, "oldest", sp.Stats().Oldest)
+	}
+	return b, nil
+}
+
+// count adds a sealed segment's records to the pending counts.
+func (b *Buffer) count(seg spool.Segment) error {
+	var keys []partitionKey
+	err := b.sp.Read(seg, func(r spool.Record) error {
+		if m, err := decodeRecord(r.Data); err == nil {
+			keys = append(keys, partitionKey{m.Queue, m.Partition})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("count spooled records of %s: %w", seg.Path, err)
+	}
+	b.pending.add(keys, 1)
+	return nil
+}
+
+// ShouldSpool reports whether an item for this partition must go to the
+// spool: PostgreSQL is known to be unreachable, or the partition has
+// records waiting there that it must not overtake.
+func (b *Buffer) ShouldSpool(queue, partition string) bool {
+	return b.down.Load() || b.pending.holds(queue, partition)
+}
+
+// MarkDown records that PostgreSQL could not be reached, so that the next
+// pushes go straight to the spool instead of waiting on a dead connection,
+// and wakes the replayer to watch for its return.
+func (b *Buffer) MarkDown() {
+	if !b.down.Swap(true) {
+		b.log.Warn("database unreachable: pushes go to the spool until it answers")
+	}
+	b.wake()
+}
+
+// Add spools messages, all or none, and returns once they are fsynced.
+func (b *Buffer) Add(msgs []store.Message) error {
+	now := time.Now()
+	recs := make([][]byte, len(msgs))
+	keys := make([]partitionKey, len(msgs))
+	for i, m := range msgs {
+		data, err := encodeRecord(m, now)
+		if err != nil {
+			return fmt.Errorf("encode spooled record: %w", err)
+		}
+		recs[i], keys[i] = data, partitionKey{m.Queue, m.Partition}
+	}
+	// Counted before they can be replayed, uncounted if not written.
+	b.pending.add(keys, 1)
+	if err := b.sp.Append(recs); err != nil {
+		b.pending.add(keys, -1)
+		return err
+	}
+	b.wake()
+	return nil
+}
+
+func (b *Buffer) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Stats is cheap: no disk or database access.
+func (b *Buffer) Stats() Stats {
+	b.warnMu.Lock()
+	defer b.warnMu.Unlock()
+	s := Stats{
+		Stats:       b.sp.Stats(),
+		Replaying:   b.replaying.Load(),
+		Replayed:    b.replayed.Load(),
+		Rejected:    b.rejected.Load(),
+		DatabaseUp:  !b.down.Load(),
+		Quarantined: append([]string(nil), b.quarantine...),
+	}
+	if len(b.quarantine) > 0 {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%d spool file(s) did not verify and were moved to quarantine/: %v",
+			len(b.quarantine), b.quarantine))
+	}
+	if n := b.rejected.Load(); n > 0 {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%d spooled record(s) were refused by the database and kept in quarantine/", n))
+	}
+	if stale := b.windows.exceeded(s.Oldest, b.pending.queues()); stale != "" {
+		s.Warnings = append(s.Warnings, stale)
+	}
+	return s
+}
+
+func (b *Buffer) noteQuarantined(paths ...string) {
+	b.warnMu.Lock()
+	defer b.warnMu.Unlock()
+	b.quarantine = append(b.quarantine, paths...)
+}

@@ -1,0 +1,210 @@
+package buffer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/spool"
+)
+
+const (
+	// replayBatch is the number of records per replayed push: large enough
+	// to be cheap per record, small enough that live pushes fused beside it
+	// wait little.
+	replayBatch = 500
+	// recheckEvery is how often the replayer looks again without being
+	// woken: for PostgreSQL's return, and for records it could not store.
+	recheckEvery = time.Second
+)
+
+// Run replays the spool whenever PostgreSQL answers and the schema is ready,
+// until ctx ends. It also adopts segments dropped into incoming/.
+func (b *Buffer) Run(ctx context.Context, ready func() bool) {
+	go func() {
+		err := b.sp.WatchIncoming(ctx, func(seg spool.Segment) {
+			b.passMu.Lock()
+			err := b.count(seg)
+			b.passMu.Unlock()
+			if err != nil {
+				b.log.Error("adopted spool segment could not be read", "path", seg.Path, "error", err)
+				return
+			}
+			b.log.Warn("adopted a spool segment from incoming/", "path", seg.Path, "records", seg.Records)
+			b.wake()
+		})
+		if err != nil && ctx.Err() == nil {
+			b.log.Error("watching the spool's incoming/ directory failed; adopt segments by restarting", "error", err)
+		}
+	}()
+	t := time.NewTicker(recheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.kick:
+			if b.down.Load() {
+				// Every spooled push kicks; while PostgreSQL is down, only
+				// the ticker probes for it, once a second.
+				continue
+			}
+		case <-t.C:
+		}
+		b.watchWindows(ctx, ready)
+		if !ready() || (!b.down.Load() && b.sp.Stats().Records == 0) {
+			continue
+		}
+		if err := b.pass(ctx); err != nil && ctx.Err() == nil {
+			if store.IsUnavailable(err) {
+				b.MarkDown()
+			} else {
+				b.log.Error("spool replay stopped; will retry", "error", err)
+			}
+		}
+	}
+}
+
+// pass checks that PostgreSQL answers, then replays every sealed segment,
+// oldest first, retiring each once all of it is committed.
+func (b *Buffer) pass(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := b.st.Ping(pctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if b.down.Swap(false) {
+		b.log.Info("database reachable again", "spooled", b.sp.Stats().Records)
+	}
+	if b.sp.Stats().Records == 0 {
+		return nil
+	}
+	b.passMu.Lock()
+	defer b.passMu.Unlock()
+	b.replaying.Store(true)
+	defer b.replaying.Store(false)
+	if err := b.sp.Seal(); err != nil {
+		return fmt.Errorf("seal the active spool segment: %w", err)
+	}
+	start, before := time.Now(), b.replayed.Load()
+	for _, seg := range b.sp.Sealed() {
+		if err := b.replaySegment(ctx, seg); err != nil {
+			return err
+		}
+		if err := b.sp.Retire(seg); err != nil {
+			return fmt.Errorf("retire replayed spool segment: %w", err)
+		}
+	}
+	if n := b.replayed.Load() - before; n > 0 {
+		b.log.Info("replayed the spool", "records", n, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// replaySegment pushes a segment's records in batches, marking progress
+// after each committed batch so a crash resumes after it.
+func (b *Buffer) replaySegment(ctx context.Context, seg spool.Segment) error {
+	var batch []store.Message
+	var raws [][]byte
+	var end int64
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := b.store(ctx, seg, batch, raws); err != nil {
+			return err
+		}
+		if err := b.sp.MarkReplayed(seg, end); err != nil {
+			return fmt.Errorf("mark spool progress: %w", err)
+		}
+		keys := make([]partitionKey, len(batch))
+		for i, m := range batch {
+			keys[i] = partitionKey{m.Queue, m.Partition}
+		}
+		b.pending.add(keys, -1)
+		batch, raws = batch[:0], raws[:0]
+		return nil
+	}
+	err := b.sp.Read(seg, func(r spool.Record) error {
+		end = r.End
+		m, err := decodeRecord(r.Data)
+		if err != nil {
+			return b.reject(seg, r.Data, err)
+		}
+		batch, raws = append(batch, m), append(raws, r.Data)
+		if len(batch) >= replayBatch {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if end > 0 {
+		return b.sp.MarkReplayed(seg, end)
+	}
+	return nil
+}
+
+// store pushes one batch. A record already stored (its first attempt
+// committed, or a replay before a crash did) comes back a duplicate, which
+// counts as done. If the database refuses the batch for what is in it, the
+// records are tried one by one, and the ones it refuses are kept in
+// quarantine/ rather than replayed forever.
+func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Message, raws [][]byte) error {
+	_, err := b.st.Push(ctx, batch)
+	if err == nil {
+		b.replayed.Add(int64(len(batch)))
+		return nil
+	}
+	if store.IsUnavailable(err) || ctx.Err() != nil {
+		return err
+	}
+	for i := range batch {
+		_, err := b.st.Push(ctx, batch[i:i+1])
+		switch {
+		case err == nil:
+			b.replayed.Add(1)
+		case store.IsUnavailable(err) || ctx.Err() != nil:
+			return err
+		default:
+			if err := b.reject(seg, raws[i], err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reject keeps a record the database refused (or that cannot be decoded) in
+// quarantine/. If even that fails, the pass stops with the segment in place:
+// a record is never dropped silently.
+func (b *Buffer) reject(seg spool.Segment, raw []byte, cause error) error {
+	path, err := b.sp.Quarantine(fmt.Sprintf("rejected-%020d", seg.Seq), [][]byte{raw})
+	if err != nil {
+		return fmt.Errorf("keep a refused spooled record (%v) in quarantine: %w", cause, err)
+	}
+	b.rejected.Add(1)
+	b.log.Error("the database refused a spooled record; kept in quarantine", "segment", seg.Path, "quarantine", path, "error", cause)
+	b.noteQuarantined(path)
+	return nil
+}
+
+// watchWindows keeps the queues' dedup windows fresh while PostgreSQL
+// answers, and warns once when the spool's oldest record outlives one.
+func (b *Buffer) watchWindows(ctx context.Context, ready func() bool) {
+	if ready() && !b.down.Load() && b.windows.due() {
+		if err := b.windows.refresh(ctx, b.st); err != nil {
+			b.log.Debug("reading the queues' dedup windows", "error", err)
+		}
+	}
+	stale := b.windows.exceeded(b.sp.Stats().Oldest, b.pending.queues())
+	if b.windows.warnOnce(stale != "") {
+		b.log.Warn(stale)
+	}
+}

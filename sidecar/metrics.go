@@ -1,0 +1,109 @@
+package sidecar
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// metrics are served as Prometheus text on /metrics. They live in their own
+// registry: only what queenside measures, plus the Go runtime and process.
+type metrics struct {
+	known     map[string]bool // op names; others are counted as "unknown"
+	registry  *prometheus.Registry
+	requests  *prometheus.CounterVec // by op and code ("ok" when served)
+	pushItems *prometheus.CounterVec // by status
+	leases    prometheus.Counter
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		known:    make(map[string]bool, len(s.ops)),
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queenside_requests_total", Help: "Requests answered, by operation and outcome code (ok when served).",
+		}, []string{"op", "code"}),
+		pushItems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queenside_push_items_total", Help: "Push items answered, by status: queued, duplicate, buffered, failed.",
+		}, []string{"status"}),
+		leases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "queenside_leases_granted_total", Help: "Partition leases granted by pops without autoAck.",
+		}),
+	}
+	for name := range s.ops {
+		m.known[name] = true
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	counter := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+	}
+	m.registry.MustRegister(m.requests, m.pushItems, m.leases,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+		gauge("queenside_database_up", "1 while PostgreSQL answered the last attempt and the schema is migrated.", func() float64 {
+			up := s.ready.Load() && (s.buffer == nil || s.buffer.Stats().DatabaseUp)
+			return boolFloat(up)
+		}),
+		gauge("queenside_connections", "Client connections open.", func() float64 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return float64(len(s.conns))
+		}),
+		gauge("queenside_requests_in_flight", "Requests being served.", func() float64 { return float64(s.active.Load()) }),
+		gauge("queenside_draining", "1 once shutdown has begun.", func() float64 { return boolFloat(s.draining.Load()) }),
+	)
+	if s.buffer != nil {
+		b := s.buffer
+		m.registry.MustRegister(
+			gauge("queenside_spool_records", "Spooled push items not yet in PostgreSQL.", func() float64 { return float64(b.Stats().Records) }),
+			gauge("queenside_spool_bytes", "Bytes of the spool's segment files.", func() float64 { return float64(b.Stats().Bytes) }),
+			gauge("queenside_spool_oldest_age_seconds", "Age of the oldest spooled item not yet replayed; 0 when none.", func() float64 {
+				if o := b.Stats().Oldest; !o.IsZero() {
+					return time.Since(o).Seconds()
+				}
+				return 0
+			}),
+			gauge("queenside_spool_replaying", "1 while the spool is being replayed.", func() float64 { return boolFloat(b.Stats().Replaying) }),
+			counter("queenside_spool_replayed_total", "Spooled items stored by replay (queued or duplicate).", func() float64 { return float64(b.Stats().Replayed) }),
+			counter("queenside_spool_rejected_total", "Spooled items the database refused, kept in quarantine/.", func() float64 { return float64(b.Stats().Rejected) }),
+			gauge("queenside_spool_quarantined_files", "Files moved to the spool's quarantine/ since start.", func() float64 { return float64(len(b.Stats().Quarantined)) }),
+		)
+	}
+	return m
+}
+
+// served counts one answered request.
+func (m *metrics) served(op string, perr *protocol.Error, res any) {
+	code := "ok"
+	if !m.known[op] {
+		op = "unknown" // a client's typo must not grow the label set
+	}
+	if perr != nil {
+		code = string(perr.Code)
+	}
+	m.requests.WithLabelValues(op, code).Inc()
+	switch r := res.(type) {
+	case protocol.PushReply:
+		for i := range r.Results {
+			m.pushItems.WithLabelValues(r.Results[i].Status).Inc()
+		}
+	case protocol.PopResult:
+		m.leases.Add(float64(len(r.Leases)))
+	}
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
