@@ -348,3 +348,32 @@ func TestSpoolOlderThanTheDedupWindowIsReported(t *testing.T) {
 		t.Fatalf("warnings after the spool drained: %v", h.Spool.Warnings)
 	}
 }
+
+func TestSidecarKilledMidReplayResumes(t *testing.T) {
+	const total = 40000
+	pg := startPrivatePostgres(t)
+	spoolDir := t.TempDir()
+	sc := launchSidecar(t, pg.url, spoolDir)
+	sc.waitReplayed(t)
+	c := dialClient(t, sc.socket)
+	pushAll(t, c, "midreplay", 0, 100, nil) // the queue exists
+	pg.stop(t)
+	if buffered, failed := pushAll(t, c, "midreplay", 100, total, nil); buffered != total-100 || len(failed) > 0 {
+		t.Fatalf("%d buffered, failed calls %v", buffered, failed)
+	}
+	pg.restart(t)
+	// Kill as soon as replay has stored some of the spool, not all.
+	waitFor(t, 60*time.Second, "replay to begin", func() bool {
+		n := sc.health(t).Spool.Records
+		return n > 0 && n < total-100
+	})
+	sc.kill(t)
+	sc2 := launchSidecar(t, pg.url, spoolDir)
+	h := sc2.health(t)
+	if h.Spool.Records == 0 || h.Spool.Records >= total-100 {
+		t.Fatalf("after the kill the spool holds %d records: want the part not yet replayed", h.Spool.Records)
+	}
+	t.Logf("killed mid-replay with %d of %d records left", h.Spool.Records, total-100)
+	sc2.waitReplayed(t)
+	checkStoredOnceInOrder(t, pg.pool(t), "midreplay", total, outageParts, nil)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -32,8 +33,18 @@ func healthCommand() *cli.Command {
 				if !h.Database.OK {
 					db = "unreachable: " + h.Database.Error
 				}
-				fmt.Printf("status     %s\ndatabase   %s (%.2f ms)\nspool      %d records, %d bytes\nversion    %s\nuptime     %.0f s\n",
-					h.Status, db, h.Database.LatencyMs, h.Spool.Records, h.Spool.Bytes, h.Version, h.UptimeSeconds)
+				spooled := fmt.Sprintf("%d records, %d bytes", h.Spool.Records, h.Spool.Bytes)
+				if h.Spool.OldestAt != nil {
+					spooled += ", oldest " + h.Spool.OldestAt.Format(time.RFC3339)
+				}
+				if h.Spool.Replaying {
+					spooled += ", replaying"
+				}
+				fmt.Printf("status     %s\ndatabase   %s (%.2f ms)\nspool      %s\nversion    %s\nuptime     %.0f s\n",
+					h.Status, db, h.Database.LatencyMs, spooled, h.Version, h.UptimeSeconds)
+				for _, w := range h.Spool.Warnings {
+					fmt.Printf("warning    %s\n", w)
+				}
 			}
 			if h.Status != protocol.HealthOK {
 				return cli.Exit("", 1)
