@@ -7,10 +7,10 @@ LDFLAGS := -X github.com/queenside/queenside/sidecar.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test test-go lint fuzz bench clean
+.PHONY: help build run test test-go test-python test-node lint fuzz bench soak verify clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build the binary at bin/queenside
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./sidecar/cmd/queenside
@@ -18,10 +18,17 @@ build: ## build the binary at bin/queenside
 run: build ## run a sidecar on ./.queenside/queenside.sock, with a throwaway PostgreSQL under ./.queenside/
 	./$(BIN) dev
 
-test: lint test-go ## run every test (starts its own PostgreSQL unless TEST_DATABASE_URL is set)
+test: lint test-go test-python test-node ## run every test: Go, Python and Node (each starts its own PostgreSQL)
 
 test-go: ## run the Go tests with the race detector
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+test-python: build ## run the Python client's tests and examples against a real sidecar (needs python3-msgpack, python3-pytest)
+	QUEENSIDE_TEST_BIN=$(CURDIR)/$(BIN) /usr/bin/python3 -m pytest -q clients/python
+
+test-node: ## run the Node client's tests and examples against a real sidecar (installs its one dependency first)
+	@test -d clients/node/node_modules || npm ci --prefix clients/node --no-audit --no-fund
+	npm test --prefix clients/node
 
 lint: ## check formatting and vet the code
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -35,6 +42,12 @@ fuzz: ## fuzz the frame and envelope decoders for a while (FUZZTIME=30s each)
 
 bench: build ## measure throughput, latency, CPU and memory with a throwaway PostgreSQL and sidecar (writes bench.json)
 	./$(BIN) bench
+
+soak: build ## 10 minutes at 5,000 msg/s with retention on, printing table sizes and dead tuples (writes bin/soak.json)
+	./$(BIN) bench --scenarios soak --out bin/soak.json
+
+verify: build ## check exactly-once, in-order delivery through 4 stages for 10 minutes while sidecars and PostgreSQL are killed (writes verify.json; VERIFY_FLAGS to change it)
+	./$(BIN) verify $(VERIFY_FLAGS)
 
 clean: ## remove build output (not ./.queenside, which holds the dev database)
 	rm -rf bin

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"slices"
 	"sync"
@@ -64,10 +65,11 @@ func (c *conn) serve() {
 		if err != nil {
 			if errors.Is(err, protocol.ErrFrameTooLarge) {
 				// The framing cannot be trusted any more: say why, then close.
-				c.writeError(0, protocol.Errorf(protocol.CodeFrameTooLarge, "%v", err))
+				c.refuse(r, protocol.Errorf(protocol.CodeFrameTooLarge, "%v", err))
 			}
 			return
 		}
+		c.s.lastRequest.Store(time.Now().UnixNano())
 		req, perr := protocol.DecodeRequest(body)
 		if perr != nil {
 			c.writeError(req.ID, perr)
@@ -124,8 +126,25 @@ func (c *conn) peerAllowed() bool {
 	} else {
 		c.s.log.Warn("refused a peer", "uid", uid)
 	}
-	c.writeError(0, protocol.Errorf(protocol.CodeUnauthorized, "%s", msg))
+	c.refuse(c.nc, protocol.Errorf(protocol.CodeUnauthorized, "%s", msg))
 	return false
+}
+
+// lingerOnRefusal bounds how long a refused connection is read (and what is
+// read thrown away) after its error, before it closes.
+const lingerOnRefusal = time.Second
+
+// refuse sends the error that ends a connection, then stops writing and
+// discards what the peer is still sending until it stops or a second
+// passes. Closing at once would reset a peer still writing its request, and
+// the reset can destroy the error before the peer reads it.
+func (c *conn) refuse(r io.Reader, e *protocol.Error) {
+	c.writeError(0, e)
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(lingerOnRefusal))
+	_, _ = io.Copy(io.Discard, r)
 }
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}

@@ -25,32 +25,23 @@ type opSpec struct {
 }
 
 func (s *Server) operations() map[string]opSpec {
-	ops := map[string]opSpec{
-		protocol.OpHello:     {fn: s.opHello, local: true},
-		protocol.OpHealth:    {fn: s.opHealth, local: true, duringDrain: true},
-		protocol.OpPush:      {fn: s.opPush, local: true}, // spooled until the schema is ready
-		protocol.OpConfigure: {fn: s.opConfigure},
-		protocol.OpQueues:    {fn: s.opQueues},
-		protocol.OpStats:     {fn: s.opStats},
-		protocol.OpPop:       {fn: s.opPop, waits: true},
-		protocol.OpAck:       {fn: s.opAck},
-		protocol.OpRenew:     {fn: s.opRenew},
-		protocol.OpRelease:   {fn: s.opRelease},
-	}
-	// Operations of the contract that this build does not serve yet answer
-	// unsupported rather than unknown_op: the name is right, the feature is missing.
-	for _, name := range []string{protocol.OpTransaction, protocol.OpGroups, protocol.OpSeek, protocol.OpDeleteGroup,
-		protocol.OpDLQ, protocol.OpDLQReplay} {
-		if _, ok := ops[name]; !ok {
-			ops[name] = opSpec{fn: unsupported(name), local: true}
-		}
-	}
-	return ops
-}
-
-func unsupported(name string) opFunc {
-	return func(context.Context, []byte) (any, error) {
-		return nil, protocol.Errorf(protocol.CodeUnsupported, "%s is not served by this sidecar version (%s)", name, Version)
+	return map[string]opSpec{
+		protocol.OpHello:       {fn: s.opHello, local: true},
+		protocol.OpHealth:      {fn: s.opHealth, local: true, duringDrain: true},
+		protocol.OpPush:        {fn: s.opPush, local: true}, // spooled until the schema is ready
+		protocol.OpConfigure:   {fn: s.opConfigure},
+		protocol.OpQueues:      {fn: s.opQueues},
+		protocol.OpStats:       {fn: s.opStats},
+		protocol.OpPop:         {fn: s.opPop, waits: true},
+		protocol.OpAck:         {fn: s.opAck},
+		protocol.OpRenew:       {fn: s.opRenew},
+		protocol.OpRelease:     {fn: s.opRelease},
+		protocol.OpGroups:      {fn: s.opGroups},
+		protocol.OpSeek:        {fn: s.opSeek},
+		protocol.OpDeleteGroup: {fn: s.opDeleteGroup},
+		protocol.OpDLQ:         {fn: s.opDLQ},
+		protocol.OpDLQReplay:   {fn: s.opDLQReplay},
+		protocol.OpTransaction: {fn: s.opTransaction},
 	}
 }
 

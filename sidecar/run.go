@@ -11,12 +11,16 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/queenside/queenside/sidecar/buffer"
+	"github.com/queenside/queenside/sidecar/janitor"
 	"github.com/queenside/queenside/sidecar/store"
 	"github.com/queenside/queenside/spool"
 )
 
 // DefaultShutdownGrace is how long a drain waits for requests in flight.
 const DefaultShutdownGrace = 25 * time.Second
+
+// DefaultRetentionInterval is the time between two retention rounds.
+const DefaultRetentionInterval = janitor.DefaultInterval
 
 // Config is everything `queenside serve` is told.
 type Config struct {
@@ -29,6 +33,9 @@ type Config struct {
 	MaxFrameBytes int
 	AllowUIDs     []uint32
 	ShutdownGrace time.Duration
+	// RetentionInterval is the time between two rounds of the janitor,
+	// which deletes what retention allows; 0 runs no janitor here.
+	RetentionInterval time.Duration
 	// Profiling serves Go's pprof endpoints under /debug/pprof/ on the HTTP
 	// side port, for finding where the time goes.
 	Profiling bool
@@ -84,12 +91,21 @@ func Run(ctx context.Context, cfg Config) error {
 			buf.Run(replayCtx, srv.Ready)
 		}
 	}()
+	// Migrating, then the janitor, which needs the migrated schema. Both
+	// end with the drain, or with a fatal error of another part.
+	background, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	backgroundDone := make(chan struct{})
 	go func() {
-		if err := migrateUntilDone(ctx, st, log); err != nil {
+		defer close(backgroundDone)
+		if err := migrateUntilDone(background, st, log); err != nil {
 			errc <- err
 			return
 		}
 		srv.SetReady()
+		if cfg.RetentionInterval > 0 && background.Err() == nil {
+			janitor.New(st, janitor.Options{Interval: cfg.RetentionInterval, Logger: log.Named("janitor")}).Run(background)
+		}
 	}()
 	var hs *http.Server
 	if cfg.HTTPAddr != "" {
@@ -125,6 +141,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// Replay stops at a batch boundary; the spool is closed (fsynced) after.
 	stopReplay()
 	<-replayDone
+	// A retention round in progress is cancelled: what it left is still due
+	// for the next janitor.
+	stopBackground()
+	<-backgroundDone
 	if hs != nil {
 		hs.Shutdown(sctx) //nolint:errcheck // best effort on the way out
 	}

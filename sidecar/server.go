@@ -55,6 +55,10 @@ type Server struct {
 	drained  chan struct{} // closed when draining begins: ends long-polls
 	wakes    *wakeHub
 	active   atomic.Int64 // requests being served, across connections
+	// lastRequest is when a request was last read (Unix nanoseconds): a
+	// drain waits for a quiet moment, so that requests already on their way
+	// are answered (draining) rather than cut off.
+	lastRequest atomic.Int64
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -163,10 +167,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 
 	// Polled like net/http's Shutdown: requests may start (and be refused
-	// with draining) while we wait, which a WaitGroup cannot express.
+	// with draining) while we wait, which a WaitGroup cannot express. The
+	// connections close once nothing is served and nothing has arrived for
+	// drainQuiet: a request written just before the notice arrived is still
+	// read and answered.
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for s.active.Load() > 0 {
+	for s.active.Load() > 0 || time.Since(time.Unix(0, s.lastRequest.Load())) < drainQuiet {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -176,6 +183,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeConns()
 	return nil
 }
+
+// drainQuiet is how long a drain waits with no request arriving before it
+// closes the connections.
+const drainQuiet = 100 * time.Millisecond
 
 // Close stops everything at once: listeners, connections, and the requests
 // they were serving.

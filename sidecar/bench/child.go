@@ -22,15 +22,16 @@ type sidecarProc struct {
 	err  error         // how it exited; read after done
 }
 
-// startSidecar executes `bin serve` on socket against databaseURL.
-func startSidecar(bin, socket, databaseURL, spoolDir, logPath string) (*sidecarProc, error) {
+// startSidecar executes `bin serve` on socket against databaseURL, with
+// its janitor running every retention (never when 0).
+func startSidecar(bin, socket, databaseURL, spoolDir, logPath string, retention time.Duration) (*sidecarProc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(bin, "serve", "--socket", socket, "--database-url", databaseURL,
-		"--spool-dir", spoolDir, "--log-level", "warn")
+		"--spool-dir", spoolDir, "--retention-interval", retention.String(), "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = withoutQueensideEnv(os.Environ())
 	// Its own process group: a Ctrl-C in the terminal reaches only the

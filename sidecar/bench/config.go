@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/janitor"
 )
 
 // Scenario names, in the order Run runs them.
@@ -23,17 +24,27 @@ const (
 	ScenarioLatency    = "latency"
 	ScenarioPartitions = "partitions"
 	ScenarioFanout     = "fanout"
+	ScenarioSoak       = "soak"
 	ScenarioSpool      = "spool"
 	ScenarioReplay     = "replay"
 )
 
-// Scenarios returns every scenario name in the order Run runs them. The
-// order is fixed, not the one asked for, because popack and autoack consume
-// the backlog push leaves.
+// Scenarios returns the scenarios a run does by default, in the order Run
+// runs them. The order is fixed, not the one asked for, because popack and
+// autoack consume the backlog push leaves.
 func Scenarios() []string {
-	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioMixed,
-		ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioSpool, ScenarioReplay}
+	return slices.DeleteFunc(allScenarios(), onRequest)
 }
+
+// allScenarios is every scenario, in the order Run runs them.
+func allScenarios() []string {
+	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioMixed,
+		ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioSoak, ScenarioSpool, ScenarioReplay}
+}
+
+// onRequest names the scenarios that run only when named: soak takes
+// minutes, not seconds.
+func onRequest(name string) bool { return name == ScenarioSoak }
 
 // stopsPostgres names the scenarios that stop and restart PostgreSQL: they
 // run last, and only against the PostgreSQL the bench started itself.
@@ -77,6 +88,27 @@ type Config struct {
 	FanoutGroups    int `json:"fanout-groups"`
 	FanoutMessages  int `json:"fanout-messages"`
 
+	// The soak: producers at a steady rate and consumers keeping up, for
+	// long, with retention on, watching the tables' sizes. Zero values take
+	// the defaults of DefaultConfig.
+	SoakDuration   time.Duration `json:"soak-duration"`
+	SoakRate       int           `json:"soak-rate"` // messages/s over all producers
+	SoakPartitions int           `json:"soak-partitions"`
+	// SoakSample is the time between two looks at the tables.
+	SoakSample time.Duration `json:"soak-sample"`
+	// SoakWarmup is the time the tables get to reach their steady state;
+	// after it they must stay within soakGrowth times their largest size
+	// in its last two thirds (see checkSoak).
+	SoakWarmup time.Duration `json:"soak-warmup"`
+	// SoakCompletedRetention is the soak queue's completed_retention_seconds.
+	SoakCompletedRetention int `json:"soak-completed-retention"`
+
+	// RetentionInterval is the --retention-interval of the sidecar the
+	// bench starts. Zero is serve's default, or 1 s when soak runs, so
+	// that the soak reaches its steady state quickly; negative runs no
+	// janitor at all.
+	RetentionInterval time.Duration `json:"retention-interval"`
+
 	// StallTimeout ends a consuming scenario that has received nothing for
 	// this long, as an error, instead of waiting forever for lost messages.
 	StallTimeout time.Duration `json:"stall-timeout"`
@@ -117,14 +149,53 @@ func DefaultConfig() Config {
 		FanoutGroups:       5,
 		FanoutMessages:     100_000,
 		StallTimeout:       30 * time.Second,
+
+		SoakDuration:           10 * time.Minute,
+		SoakRate:               5000,
+		SoakPartitions:         10,
+		SoakSample:             10 * time.Second,
+		SoakWarmup:             2 * time.Minute,
+		SoakCompletedRetention: 5,
 	}
+}
+
+// withDefaults gives the fields left zero their default. Only the soak's
+// and the retention interval: the others are always set by whoever builds
+// a Config, and a zero there is a mistake Validate reports.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.SoakDuration == 0 {
+		c.SoakDuration = d.SoakDuration
+	}
+	if c.SoakRate == 0 {
+		c.SoakRate = d.SoakRate
+	}
+	if c.SoakPartitions == 0 {
+		c.SoakPartitions = d.SoakPartitions
+	}
+	if c.SoakSample == 0 {
+		c.SoakSample = d.SoakSample
+	}
+	if c.SoakWarmup == 0 {
+		c.SoakWarmup = min(d.SoakWarmup, c.SoakDuration/3)
+	}
+	if c.SoakCompletedRetention == 0 {
+		c.SoakCompletedRetention = d.SoakCompletedRetention
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = janitor.DefaultInterval
+		if c.selected(ScenarioSoak) {
+			c.RetentionInterval = time.Second
+		}
+	}
+	return c
 }
 
 // Validate checks every number against what the protocol accepts.
 func (c Config) Validate() error {
 	for _, s := range c.Scenarios {
-		if !slices.Contains(Scenarios(), s) {
-			return fmt.Errorf("unknown scenario %q (want some of %v)", s, Scenarios())
+		if !slices.Contains(allScenarios(), s) {
+			return fmt.Errorf("unknown scenario %q (want some of %v)", s, allScenarios())
 		}
 	}
 	if len(c.Scenarios) == 0 {
@@ -153,6 +224,9 @@ func (c Config) Validate() error {
 		{"fanout-groups", c.FanoutGroups, 1, 1000},
 		{"fanout-messages", c.FanoutMessages, 1, 1 << 30},
 		{"sidecar-pid", c.SidecarPID, 0, 1 << 30},
+		{"soak-rate", c.SoakRate, 1, 1 << 30},
+		{"soak-partitions", c.SoakPartitions, 1, 1 << 30},
+		{"soak-completed-retention", c.SoakCompletedRetention, 1, 86400},
 	}
 	for _, k := range checks {
 		if k.v < k.lo || k.v > k.hi {
@@ -164,6 +238,10 @@ func (c Config) Validate() error {
 	}
 	if c.StallTimeout <= 0 {
 		return fmt.Errorf("--stall-timeout %v: want more than 0", c.StallTimeout)
+	}
+	if c.SoakSample <= 0 || c.SoakWarmup <= 0 || c.SoakDuration < c.SoakWarmup+2*c.SoakSample {
+		return fmt.Errorf("--soak-duration %v, --soak-warmup %v, --soak-sample %v: want a duration of at least the warm-up and two samples",
+			c.SoakDuration, c.SoakWarmup, c.SoakSample)
 	}
 	return nil
 }
@@ -179,7 +257,12 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		DatabaseURL   string `json:"database-url"`
 		MixedDuration string `json:"mixed-duration"`
 		StallTimeout  string `json:"stall-timeout"`
-	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.StallTimeout.String()})
+		SoakDuration  string `json:"soak-duration"`
+		SoakSample    string `json:"soak-sample"`
+		SoakWarmup    string `json:"soak-warmup"`
+		Retention     string `json:"retention-interval"`
+	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.StallTimeout.String(),
+		c.SoakDuration.String(), c.SoakSample.String(), c.SoakWarmup.String(), c.RetentionInterval.String()})
 }
 
 // redactURL hides the password of a connection string, URL or keyword/value.

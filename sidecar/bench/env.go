@@ -71,7 +71,7 @@ func setup(ctx context.Context, cfg Config, log hclog.Logger) (e *environment, e
 		}
 	}
 	if startSidecar {
-		err = e.startSidecar(ctx, cfg.SidecarBinary)
+		err = e.startSidecar(ctx, cfg.SidecarBinary, max(cfg.RetentionInterval, 0))
 	} else {
 		e.socket, e.probe.sidecarPID = cfg.Socket, cfg.SidecarPID
 		e.version, err = e.healthy(ctx, givenTimeout)
@@ -101,9 +101,11 @@ func (e *environment) startPostgres(ctx context.Context) error {
 	return nil
 }
 
-func (e *environment) startSidecar(ctx context.Context, bin string) error {
+// startSidecar starts the sidecar as a child; its janitor runs every
+// retention (never when 0).
+func (e *environment) startSidecar(ctx context.Context, bin string, retention time.Duration) error {
 	e.socket = filepath.Join(e.tmp, "qs.sock")
-	child, err := startSidecar(bin, e.socket, e.dbURL, filepath.Join(e.tmp, "spool"), filepath.Join(e.tmp, "sidecar.log"))
+	child, err := startSidecar(bin, e.socket, e.dbURL, filepath.Join(e.tmp, "spool"), filepath.Join(e.tmp, "sidecar.log"), retention)
 	if err != nil {
 		return err
 	}

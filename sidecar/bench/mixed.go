@@ -33,7 +33,7 @@ func (b *bench) scenarioMixed(ctx context.Context) Result {
 	end := time.Now().Add(b.cfg.MixedDuration)
 	var pushed, consumed *tally
 	var wg sync.WaitGroup
-	wg.Go(func() { pushed = b.produce(ctx, producers, bt, end) })
+	wg.Go(func() { pushed = b.produce(ctx, producers, bt, b.cfg.MixedRate, end) })
 	wg.Go(func() {
 		args := queenside.PopArgs{Queue: queue, Group: ScenarioMixed, Batch: b.cfg.PopBatch,
 			Partitions: b.cfg.MixedPopPartitions}
@@ -50,14 +50,14 @@ func (b *bench) scenarioMixed(ctx context.Context) Result {
 }
 
 // produce pushes batches from every producer worker until end, at full
-// speed or, with cfg.MixedRate, each worker at its share of that rate.
-// Messages are numbered across workers so partitions are used in turn.
-func (b *bench) produce(ctx context.Context, conns []*queenside.Client, bt batcher, end time.Time) *tally {
+// speed (rate 0) or each worker at its share of rate messages/s. Messages
+// are numbered across workers so partitions are used in turn.
+func (b *bench) produce(ctx context.Context, conns []*queenside.Client, bt batcher, rate int, end time.Time) *tally {
 	var next atomic.Int64
 	batch := int64(b.cfg.Batch)
 	var interval time.Duration // between one worker's batches; 0 is full speed
-	if b.cfg.MixedRate > 0 {
-		perWorker := float64(b.cfg.MixedRate) / float64(len(conns)*b.cfg.Inflight)
+	if rate > 0 {
+		perWorker := float64(rate) / float64(len(conns)*b.cfg.Inflight)
 		interval = time.Duration(float64(batch) / perWorker * float64(time.Second))
 	}
 	return workers(conns, b.cfg.Inflight, func(w int, c *queenside.Client, t *tally) {

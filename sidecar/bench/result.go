@@ -84,6 +84,9 @@ type Result struct {
 	// Pushed and PushedPerSec are the producers' side of mixed.
 	Pushed       int64   `json:"pushed,omitempty"`
 	PushedPerSec float64 `json:"pushedPerSec,omitempty"`
+
+	// Soak is the soak's samples of the tables, and its verdict on them.
+	Soak *SoakReport `json:"soak,omitempty"`
 }
 
 // absorb fills r from the merged tally of its workers; latencyOf names the

@@ -25,6 +25,7 @@ type bench struct {
 	socket  string
 	probe   *probe
 	pay     payloads
+	dbURL   string           // the database, when the run knows it (soak reads its tables)
 	backlog *backlog         // push's queue, consumed by popack and autoack
 	pg      *pgserver.Server // the PostgreSQL the bench started; nil when given one
 	spooled *backlog         // what spool left in the sidecar's spool, for replay
@@ -43,6 +44,7 @@ var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioLatency:    (*bench).scenarioLatency,
 	ScenarioPartitions: (*bench).scenarioPartitions,
 	ScenarioFanout:     (*bench).scenarioFanout,
+	ScenarioSoak:       (*bench).scenarioSoak,
 	ScenarioSpool:      (*bench).scenarioSpool,
 	ScenarioReplay:     (*bench).scenarioReplay,
 }
@@ -52,6 +54,7 @@ var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 // stops what it started. It returns an error, after printing everything,
 // when a scenario failed or the run was interrupted.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -87,11 +90,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 	rep.Conditions = conditions(env, cfg)
-	b := &bench{cfg: cfg, runID: rep.RunID, out: out, socket: env.socket, probe: env.probe, pay: pay, pg: env.pg}
+	b := &bench{cfg: cfg, runID: rep.RunID, out: out, socket: env.socket, probe: env.probe, pay: pay, pg: env.pg, dbURL: env.dbURL}
 
 	printHeader(out, rep)
 	var gone error
-	for _, name := range Scenarios() {
+	for _, name := range allScenarios() {
 		if !cfg.selected(name) || ctx.Err() != nil {
 			continue
 		}

@@ -24,6 +24,12 @@ type leaseAck struct {
 // Ack applies an ack call in one transaction: one cursor update per lease,
 // leases locked in (group, partition) order so two calls cannot deadlock.
 func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
+	return ackThrough(ctx, s.pool, items)
+}
+
+// ackThrough applies an ack call through q: the pool, where the batch is
+// one implicit transaction, or a transaction it is part of.
+func ackThrough(ctx context.Context, q querier, items []protocol.AckItem) (protocol.AckResult, error) {
 	res := protocol.AckResult{Results: make([]protocol.AckItemResult, len(items)), Leases: []protocol.LeaseState{}}
 	byLease := map[string]*leaseAck{}
 	var acks []*leaseAck
@@ -52,7 +58,7 @@ func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.Ack
 	for _, la := range acks {
 		b.Queue(ackSQL, ackArgs(la, items)...)
 	}
-	br := s.pool.SendBatch(ctx, &b)
+	br := q.SendBatch(ctx, &b)
 	states := make([]protocol.LeaseState, 0, len(acks))
 	for _, la := range acks {
 		st, known, err := readAckResults(br, la, res.Results)

@@ -58,13 +58,19 @@ func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	return call.run(ctx, s.pool, msgs)
+}
+
+// run stores the call's messages through q: the pool, where the statement
+// is its own transaction, or a transaction it is part of.
+func (c *pushCall) run(ctx context.Context, q querier, msgs []Message) ([]Outcome, error) {
 	var r pushReply
-	err = s.pool.QueryRow(ctx, pushSQL, call.args(msgs)...).Scan(
+	err := q.QueryRow(ctx, pushSQL, c.args(msgs)...).Scan(
 		&r.at, &r.bases, &r.dedupOn, &r.dupPositions, &r.dupOffsets, &r.dupMessageIDs, &r.dupCommittedAt)
 	if err != nil {
 		return nil, fmt.Errorf("push: %w", err)
 	}
-	return call.outcomes(msgs, r)
+	return c.outcomes(msgs, r)
 }
 
 // pushCall is one call of queenside.push. The messages travel grouped by

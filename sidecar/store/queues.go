@@ -127,10 +127,15 @@ func (s *Store) addGroupStats(ctx context.Context, queueID int64, res *protocol.
 		if err := rows.Scan(&partition, &gs.Group, &gs.Cursor, &head, &gs.Leased); err != nil {
 			return fmt.Errorf("stats %s: groups: %w", res.Queue, err)
 		}
-		gs.Lag = max(head-gs.Cursor, 0)
-		if i, ok := byName[partition]; ok {
-			res.Partitions[i].Groups = append(res.Partitions[i].Groups, gs)
+		i, ok := byName[partition]
+		if !ok {
+			continue
 		}
+		// Lag counts what the group will still be delivered: a cursor left
+		// behind by retention skips the deleted messages.
+		p := &res.Partitions[i]
+		gs.Lag = max(head-max(gs.Cursor, p.HeadOffset-p.Messages), 0)
+		p.Groups = append(p.Groups, gs)
 	}
 	return rows.Err()
 }

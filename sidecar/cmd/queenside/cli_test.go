@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +143,8 @@ func TestDevPushStatsHealthAndRestart(t *testing.T) {
 		t.Fatalf("stats of a missing queue exited 0:\n%s", out)
 	}
 
+	operateQueues(t, bin, dir)
+
 	// Ctrl-C stops the sidecar and PostgreSQL cleanly...
 	dev.Process.Signal(os.Interrupt) //nolint:errcheck
 	done := make(chan error, 1)
@@ -162,5 +165,63 @@ func TestDevPushStatsHealthAndRestart(t *testing.T) {
 	out, err = runCLI(t, bin, dir, "", "push", "--queue", "hello", "--payload", `{"hi": 1}`, "--transaction-id", "first")
 	if err != nil || !strings.Contains(out, "duplicate") {
 		t.Fatalf("after restart the first message should still be there:\n%s", out)
+	}
+}
+
+// operateQueues runs the operating commands as a person would: configure,
+// queues, a dead letter listed and replayed, groups, seek.
+func operateQueues(t *testing.T, bin, dir string) {
+	t.Helper()
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := runCLI(t, bin, dir, "", args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return out
+	}
+	run("configure", "-q", "ops", "--retry-limit", "0", "--delay-seconds", "0")
+	if out := run("configure", "-q", "ops", "--lease-seconds", "30"); !strings.Contains(out, "lease 30 s, 0 retries") {
+		t.Fatalf("configure did not keep the options not given:\n%s", out)
+	}
+	if out := run("queues"); !strings.Contains(out, "ops") {
+		t.Fatalf("queues:\n%s", out)
+	}
+	run("push", "-q", "ops", "--payload", `{"job": 7}`, "--transaction-id", "job-7")
+	var popped struct {
+		Leases []struct {
+			LeaseID string `json:"leaseId"`
+		} `json:"leases"`
+	}
+	if err := json.Unmarshal([]byte(run("pop", "-q", "ops", "--group", "workers", "--json")), &popped); err != nil || len(popped.Leases) != 1 {
+		t.Fatalf("pop: %v", err)
+	}
+	run("ack", "--lease", popped.Leases[0].LeaseID, "--offset", "0", "--failed", "--error", "no such customer")
+	out := run("dlq", "list", "-q", "ops")
+	if !strings.Contains(out, "job-7") || !strings.Contains(out, "no such customer") || !strings.Contains(out, `{"job":7}`) {
+		t.Fatalf("dlq list:\n%s", out)
+	}
+	var page struct {
+		Entries []struct {
+			ID int64 `json:"id"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal([]byte(run("dlq", "list", "-q", "ops", "--json")), &page); err != nil || len(page.Entries) != 1 {
+		t.Fatalf("dlq list --json: %v", err)
+	}
+	if out := run("dlq", "replay", strconv.FormatInt(page.Entries[0].ID, 10)); !strings.Contains(out, "queued as offset 1") {
+		t.Fatalf("dlq replay:\n%s", out)
+	}
+	if out, err := runCLI(t, bin, dir, "", "dlq", "replay", "999999"); err == nil || !strings.Contains(out, "not_found") {
+		t.Fatalf("replay of a missing entry: %v\n%s", err, out)
+	}
+	if out := run("groups", "-q", "ops"); !strings.Contains(out, "workers") || !strings.Contains(out, "1") {
+		t.Fatalf("groups:\n%s", out)
+	}
+	if out := run("seek", "-q", "ops", "-g", "workers", "--to", "beginning", "--json"); !strings.Contains(out, `"cursor": 0`) {
+		t.Fatalf("seek:\n%s", out)
+	}
+	if out := run("groups", "-q", "ops", "--delete", "workers"); !strings.Contains(out, "deleted") {
+		t.Fatalf("groups --delete:\n%s", out)
 	}
 }

@@ -24,7 +24,7 @@ func devCommand() *cli.Command {
 		Name:  "dev",
 		Usage: "run a sidecar for development, with a throwaway PostgreSQL under --dir unless --database-url is given",
 		Flags: append(daemonFlags(queenside.DevSocket, ".queenside/spool"),
-			&cli.StringFlag{Name: "dir", Value: ".queenside", Usage: "working directory for the PostgreSQL cluster (reused across runs)"},
+			&cli.StringFlag{Name: "dir", Value: ".queenside", Usage: "working directory for the PostgreSQL cluster (reused across runs); the socket and the spool go there too unless --socket and --spool-dir say otherwise"},
 			&cli.StringFlag{Name: "database-url", Usage: "use this database instead of starting one", EnvVars: []string{"QUEENSIDE_DATABASE_URL"}},
 			&cli.BoolFlag{Name: "reset", Usage: "drop the development database first, with all its queues and messages"},
 		),
@@ -36,6 +36,16 @@ func runDev(c *cli.Context) error {
 	cfg, err := daemonConfig(c)
 	if err != nil {
 		return err
+	}
+	// Everything of one dev sidecar lives under --dir, so that several can
+	// run side by side (each in a directory of its own).
+	if dir := c.String("dir"); c.IsSet("dir") {
+		if !c.IsSet("socket") {
+			cfg.SocketPath = filepath.Join(dir, "queenside.sock")
+		}
+		if !c.IsSet("spool-dir") {
+			cfg.SpoolDir = filepath.Join(dir, "spool")
+		}
 	}
 	tuneGC()
 	ctx, stop := signalContext()

@@ -24,8 +24,14 @@ func main() {
 			popCommand(),
 			ackCommand(),
 			statsCommand(),
+			queuesCommand(),
+			configureCommand(),
+			groupsCommand(),
+			seekCommand(),
+			dlqCommand(),
 			healthCommand(),
 			benchCommand(),
+			verifyCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {

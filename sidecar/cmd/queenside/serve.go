@@ -46,6 +46,7 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.StringFlag{Name: "http-addr", Usage: "address of the HTTP probe port, e.g. :8080 (off when empty)", EnvVars: []string{"QUEENSIDE_HTTP_ADDR"}},
 		&cli.IntFlag{Name: "max-frame-bytes", Value: protocol.DefaultMaxFrameBytes, Usage: "largest frame body accepted"},
 		&cli.DurationFlag{Name: "shutdown-grace", Value: sidecar.DefaultShutdownGrace, Usage: "how long SIGTERM waits for requests in flight"},
+		&cli.DurationFlag{Name: "retention-interval", Value: sidecar.DefaultRetentionInterval, Usage: "time between two rounds of deleting what retention allows (0: never, on this sidecar)"},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve Go's profiling endpoints under /debug/pprof/ on --http-addr"},
 	}, logFlags()...)
 }
@@ -61,6 +62,9 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 	}
 	if n := c.Int("max-frame-bytes"); n < 1024 || n > 1<<30 {
 		return sidecar.Config{}, fmt.Errorf("--max-frame-bytes %d: want 1024..%d", n, 1<<30)
+	}
+	if d := c.Duration("retention-interval"); d < 0 {
+		return sidecar.Config{}, fmt.Errorf("--retention-interval %v: want 0 (off) or more", d)
 	}
 	if c.Bool("pprof") && c.String("http-addr") == "" {
 		return sidecar.Config{}, fmt.Errorf("--pprof needs --http-addr")
@@ -83,6 +87,8 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 		ShutdownGrace: c.Duration("shutdown-grace"),
 		Profiling:     c.Bool("pprof"),
 		Logger:        log,
+
+		RetentionInterval: c.Duration("retention-interval"),
 	}, nil
 }
 

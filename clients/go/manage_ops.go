@@ -1,0 +1,82 @@
+package queenside
+
+import (
+	"context"
+	"time"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// Re-exported shapes of the operating operations.
+type (
+	GroupInfo         = protocol.GroupInfo
+	CursorPosition    = protocol.CursorPosition
+	DLQArgs           = protocol.DLQArgs
+	DLQEntry          = protocol.DLQEntry
+	DLQResult         = protocol.DLQResult
+	DLQReplayResult   = protocol.DLQReplayResult
+	TransactionResult = protocol.TransactionResult
+)
+
+// Groups lists the groups of queue ("" for every queue) with their lag.
+func (c *Client) Groups(ctx context.Context, queue string) ([]GroupInfo, error) {
+	var res protocol.GroupsResult
+	err := c.Call(ctx, protocol.OpGroups, protocol.GroupsArgs{Queue: queue}, &res)
+	return res.Groups, err
+}
+
+// SeekTo says where Seek moves cursors: SeekBeginning, SeekEnd, or
+// SeekAt(t), the first message committed at or after t (in each partition).
+type SeekTo struct {
+	to any // a string or a time.Time, as the protocol takes it
+}
+
+var (
+	SeekBeginning = SeekTo{protocol.SeekBeginning}
+	SeekEnd       = SeekTo{protocol.SeekEnd}
+)
+
+// SeekAt moves cursors to the first message committed at or after t.
+func SeekAt(t time.Time) SeekTo { return SeekTo{t} }
+
+// Seek moves a group's cursor in partition ("" for every partition of the
+// queue) and releases the group's leases there.
+func (c *Client) Seek(ctx context.Context, queue, group, partition string, to SeekTo) ([]CursorPosition, error) {
+	args := map[string]any{"queue": queue, "group": group, "to": to.to}
+	if partition != "" {
+		args["partition"] = partition
+	}
+	var res protocol.SeekResult
+	err := c.Call(ctx, protocol.OpSeek, args, &res)
+	return res.Cursors, err
+}
+
+// DeleteGroup removes a group's cursors; it reports whether the group existed.
+func (c *Client) DeleteGroup(ctx context.Context, queue, group string) (bool, error) {
+	var res protocol.DeleteGroupResult
+	err := c.Call(ctx, protocol.OpDeleteGroup, protocol.GroupArgs{Queue: queue, Group: group}, &res)
+	return res.Deleted, err
+}
+
+// DLQ lists dead letters, one page; pass NextAfterID as AfterID for the next.
+func (c *Client) DLQ(ctx context.Context, args DLQArgs) (DLQResult, error) {
+	var res DLQResult
+	err := c.Call(ctx, protocol.OpDLQ, args, &res)
+	return res, err
+}
+
+// DLQReplay pushes dead letters again, each as a new message.
+func (c *Client) DLQReplay(ctx context.Context, ids ...int64) ([]DLQReplayResult, error) {
+	var res protocol.DLQReplayReply
+	err := c.Call(ctx, protocol.OpDLQReplay, protocol.DLQReplayArgs{IDs: ids}, &res)
+	return res.Results, err
+}
+
+// Transaction commits acks and pushes together, or nothing: if an ack item
+// cannot succeed the error has code conflict, with the ack results in its
+// details.
+func (c *Client) Transaction(ctx context.Context, acks []AckItem, pushes []PushItem) (TransactionResult, error) {
+	var res TransactionResult
+	err := c.Call(ctx, protocol.OpTransaction, protocol.TransactionArgs{Acks: acks, Pushes: pushes}, &res)
+	return res, err
+}

@@ -1,0 +1,472 @@
+// Types of the queenside Node client. The sources are plain ESM JavaScript
+// under src/; these declarations describe their public surface.
+
+import { EventEmitter } from 'node:events';
+
+// ---------------------------------------------------------------- values
+
+/** A Date that also keeps the nanoseconds of a msgpack timestamp. */
+export declare class PreciseDate extends Date {
+  constructor(seconds: number, nanoseconds: number);
+  /** Whole seconds since the epoch. */
+  readonly seconds: number;
+  /** Nanoseconds within the second, 0..999999999. */
+  readonly nanoseconds: number;
+  /** RFC 3339 with nine fractional digits. */
+  toPreciseISOString(): string;
+  timeSpec(): { sec: number; nsec: number };
+}
+
+/** Bytes that are already one encoded msgpack value; encoded verbatim. */
+export declare class RawMsgpack {
+  constructor(bytes: Uint8Array);
+  readonly bytes: Uint8Array;
+}
+
+/** Integers are numbers, or bigints where a number would not be exact. */
+export type Integer = number | bigint;
+
+/** A time argument: a Date, an RFC 3339 string, or epoch milliseconds. */
+export type TimeArg = Date | string | number;
+
+/** Options every call accepts next to its own. */
+export interface CallOptions {
+  /** Aborting rejects the call with the signal's reason; a late answer is discarded. */
+  signal?: AbortSignal;
+  /** Sent as the request's timeoutMs: the sidecar answers deadline_exceeded when it runs out. */
+  timeoutMs?: number;
+}
+
+// ---------------------------------------------------------------- operations' shapes
+
+export interface HelloResult {
+  protocol: number;
+  server: string;
+  version: string;
+  sidecarId: string;
+  maxFrameBytes: number;
+  [key: string]: unknown;
+}
+
+export interface PushItem {
+  queue: string;
+  /** Default "Default". */
+  partition?: string;
+  /** Any value msgpack can hold; null is a real payload. Leaving it out fails the item. */
+  payload?: unknown;
+  /** An already-encoded msgpack value, sent byte for byte (instead of payload). */
+  payloadBytes?: Uint8Array;
+  /** The deduplication key; give one so that a retry is stored once. */
+  transactionId?: string;
+  traceId?: string;
+  headers?: Record<string, string> | Map<string, string>;
+}
+
+export interface WireError {
+  code: string;
+  message: string;
+  retryable: boolean;
+  details?: Record<string, unknown>;
+}
+
+export interface PushResult {
+  index: number;
+  status: 'queued' | 'duplicate' | 'buffered' | 'failed';
+  queue: string;
+  partition: string;
+  transactionId: string;
+  messageId?: string;
+  offset?: Integer;
+  committedAt?: PreciseDate;
+  error?: WireError;
+  [key: string]: unknown;
+}
+
+export interface PopOptions extends CallOptions {
+  partition?: string;
+  /** Omitted or "" is queue mode: one shared group per queue. */
+  group?: string;
+  /** 1..10000, default 1. */
+  batch?: number;
+  /** 1..100, default 1. */
+  partitions?: number;
+  /** Long-poll time, 0..60000, default 0. */
+  waitMs?: number;
+  autoAck?: boolean;
+  leaseSeconds?: number;
+  subscriptionMode?: 'all' | 'new' | 'from';
+  subscriptionFrom?: TimeArg;
+}
+
+export interface Message {
+  queue: string;
+  partition: string;
+  offset: Integer;
+  messageId: string;
+  transactionId: string;
+  /** The decoded payload (undefined only if its bytes have no JS value). */
+  payload: unknown;
+  /** The exact bytes the payload was pushed with. */
+  payloadBytes: Uint8Array;
+  committedAt: PreciseDate;
+  traceId?: string;
+  headers?: Record<string, string>;
+  /** Absent with autoAck. */
+  leaseId?: string;
+  redelivered: boolean;
+  [key: string]: unknown;
+}
+
+export interface Lease {
+  leaseId: string;
+  queue: string;
+  partition: string;
+  group: string;
+  fromOffset: Integer;
+  toOffset: Integer;
+  expiresAt: PreciseDate;
+  headAttempts: number;
+  [key: string]: unknown;
+}
+
+export interface PopResult {
+  messages: Message[];
+  leases: Lease[];
+}
+
+export interface AckItem {
+  leaseId: string;
+  /** Give offset or transactionId, not both. */
+  offset?: Integer;
+  transactionId?: string;
+  /** Default "completed". */
+  status?: 'completed' | 'failed';
+  error?: string;
+}
+
+export interface AckItemResult {
+  index: number;
+  success: boolean;
+  code?: 'lease_expired' | 'not_in_lease' | 'unresolvable' | 'rewound' | 'unavailable' | string;
+  deadLettered?: boolean;
+}
+
+export interface AckLeaseResult {
+  leaseId: string;
+  released: boolean;
+  cursor: Integer;
+}
+
+export interface AckResult {
+  results: AckItemResult[];
+  leases: AckLeaseResult[];
+}
+
+export interface LeaseResult {
+  leaseId: string;
+  success: boolean;
+  expiresAt?: PreciseDate;
+  code?: string;
+}
+
+export interface TransactionResult {
+  acks: AckItemResult[];
+  pushes: PushResult[];
+}
+
+export interface QueueOptions {
+  leaseSeconds?: number;
+  retryLimit?: number;
+  dedupWindowSeconds?: number;
+  retentionSeconds?: number;
+  completedRetentionSeconds?: number;
+  delaySeconds?: number;
+}
+
+export interface ConfigureResult {
+  queue: string;
+  options: Required<QueueOptions>;
+}
+
+export interface QueueInfo {
+  queue: string;
+  partitions: number;
+  options: Required<QueueOptions>;
+}
+
+export interface StatsResult {
+  queue: string;
+  partitions: Array<{
+    partition: string;
+    headOffset: Integer;
+    messages: Integer;
+    groups: Array<{ group: string; cursor: Integer; lag: Integer; leased: boolean }>;
+  }>;
+}
+
+export interface GroupInfo {
+  queue: string;
+  group: string;
+  lag: Integer;
+  leasedPartitions: number;
+  oldestUnackedAt?: PreciseDate;
+}
+
+export interface CursorPosition {
+  partition: string;
+  cursor: Integer;
+}
+
+export interface DlqOptions extends CallOptions {
+  group?: string;
+  partition?: string;
+  /** 1..1000, default 100. */
+  limit?: number;
+  /** The nextAfterId of the previous page. */
+  afterId?: Integer;
+}
+
+export interface DlqEntry {
+  id: Integer;
+  queue: string;
+  partition: string;
+  group: string;
+  offset: Integer;
+  messageId: string;
+  transactionId: string;
+  payload: unknown;
+  payloadBytes: Uint8Array;
+  error: string;
+  failures: number;
+  committedAt: PreciseDate;
+  deadAt: PreciseDate;
+  replayedAt?: PreciseDate;
+  replayedMessageId?: string;
+  replayedTransactionId?: string;
+  replayedOffset?: Integer;
+  [key: string]: unknown;
+}
+
+export interface DlqResult {
+  entries: DlqEntry[];
+  nextAfterId?: Integer;
+}
+
+export interface DlqReplayResult {
+  id: Integer;
+  status: 'queued' | 'duplicate' | 'failed' | string;
+  messageId?: string;
+  transactionId?: string;
+  offset?: Integer;
+  committedAt?: PreciseDate;
+  error?: WireError;
+}
+
+export interface HealthResult {
+  status: 'ok' | 'unavailable' | 'draining';
+  database: { ok: boolean; latencyMs?: number; error?: string };
+  spool: { records: number; bytes: number; oldestAt?: PreciseDate; replaying: boolean; warnings?: string[] };
+  version: string;
+  uptimeSeconds: number;
+  [key: string]: unknown;
+}
+
+// ---------------------------------------------------------------- consumption
+
+export interface ConsumerOptions {
+  group?: string;
+  partition?: string;
+  /** Messages per pop, default 10. */
+  batch?: number;
+  /** Partitions per pop, default 1. */
+  partitions?: number;
+  /** Long-poll time per pop, default 5000. */
+  waitMs?: number;
+  /** Lease time asked for on pop and renew; default the queue's. */
+  leaseSeconds?: number;
+  subscriptionMode?: 'all' | 'new' | 'from';
+  subscriptionFrom?: TimeArg;
+  /** How often leases are renewed while messages are handled; default a third of the lease time. */
+  renewEveryMs?: number;
+  /** Stops the loop: the message in hand is finished, the rest released. */
+  signal?: AbortSignal;
+  /** Stop on SIGINT and SIGTERM (true), or on the signals listed. */
+  stopOnSignals?: boolean | NodeJS.Signals[];
+}
+
+export type MessagesOptions = ConsumerOptions;
+
+export interface ConsumeOptions extends ConsumerOptions {
+  /** Pop loops run at once, each holding its own partitions; default 1. */
+  concurrency?: number;
+}
+
+/** A message from client.messages(), which can be settled explicitly. */
+export interface ConsumedMessage extends Message {
+  leaseId: string;
+  /** Count it completed now (for instance before `break`). */
+  complete(): void;
+  /** Count it failed now: it and the rest of its lease come again. */
+  fail(reason?: unknown): void;
+}
+
+export interface ConsumeTotals {
+  /** Completions the sidecar recorded. */
+  completed: number;
+  /** Failures the sidecar recorded. */
+  failed: number;
+}
+
+export type Handler = (message: Message & { leaseId: string }, context: { signal: AbortSignal }) => unknown;
+
+export declare class MessageIterator implements AsyncIterableIterator<ConsumedMessage> {
+  [Symbol.asyncIterator](): this;
+  next(): Promise<IteratorResult<ConsumedMessage, undefined>>;
+  return(): Promise<IteratorResult<ConsumedMessage, undefined>>;
+  /** What the sidecar recorded so far. */
+  readonly totals: ConsumeTotals;
+}
+
+// ---------------------------------------------------------------- client
+
+export interface ConnectOptions {
+  /** Socket path; default defaultSocketPath(). */
+  socket?: string;
+  /** Aborts connecting. */
+  signal?: AbortSignal;
+  /** Sent in hello; default "queenside-node/<version>". */
+  client?: string;
+  /** Say hello on connect (learns maxFrameBytes); default true. */
+  hello?: boolean;
+  timeoutMs?: number;
+}
+
+export interface RawCallOptions extends CallOptions {
+  /** Receives the result of a call answered after it was aborted or timed out. */
+  onLateResult?: (result: any) => void;
+}
+
+export declare class Client extends EventEmitter {
+  /** Use Client.connect() or connect(). */
+  private constructor();
+  static connect(options?: ConnectOptions | string): Promise<Client>;
+
+  /** The path connected to. */
+  readonly socketPath: string;
+  /** What the sidecar said in the last hello. */
+  server: HelloResult | undefined;
+  /** The sidecar's frame limit, once known; larger requests fail locally with FrameTooLargeError. */
+  maxFrameBytes: number | undefined;
+  /** True once the sidecar announced that it is shutting down; calls but health then fail with DrainingError. */
+  readonly draining: boolean;
+  /** True once the connection has ended. */
+  readonly closed: boolean;
+  /** Calls waiting for an answer. */
+  readonly inFlight: number;
+
+  /** Sends any operation; resolves with its result map. */
+  call(op: string, args?: Record<string, unknown>, options?: RawCallOptions): Promise<any>;
+  /** Closes the connection; calls in flight fail with ConnectionError. */
+  close(): Promise<void>;
+
+  hello(options?: CallOptions & { client?: string; protocol?: number }): Promise<HelloResult>;
+  push(items: PushItem | PushItem[], options?: CallOptions): Promise<PushResult[]>;
+  pop(queue: string, options?: PopOptions): Promise<PopResult>;
+  ack(items: AckItem | AckItem[], options?: CallOptions): Promise<AckResult>;
+  renew(leaseIds: string | string[], options?: CallOptions & { seconds?: number }): Promise<LeaseResult[]>;
+  release(leaseIds: string | string[], options?: CallOptions): Promise<LeaseResult[]>;
+  /** All or nothing; rejects with ConflictError (ack results in .acks) when an ack item cannot succeed. */
+  transaction(items: { acks?: AckItem[]; pushes?: PushItem[] }, options?: CallOptions): Promise<TransactionResult>;
+  /** Replaces every option of the queue: one left out goes back to its default. */
+  configure(queue: string, options?: QueueOptions & CallOptions): Promise<ConfigureResult>;
+  queues(options?: CallOptions): Promise<QueueInfo[]>;
+  stats(queue: string, options?: CallOptions): Promise<StatsResult>;
+  groups(queue?: string, options?: CallOptions): Promise<GroupInfo[]>;
+  groups(options: CallOptions): Promise<GroupInfo[]>;
+  seek(queue: string, group: string, to: 'beginning' | 'end' | TimeArg, options?: CallOptions & { partition?: string }): Promise<CursorPosition[]>;
+  deleteGroup(queue: string, group: string, options?: CallOptions): Promise<boolean>;
+  dlq(queue: string, options?: DlqOptions): Promise<DlqResult>;
+  dlqReplay(ids: Integer | Integer[], options?: CallOptions): Promise<DlqReplayResult[]>;
+  health(options?: CallOptions): Promise<HealthResult>;
+
+  /** Consumption as an async iterator; see the README for when a message counts as done. */
+  messages(queue: string, options?: MessagesOptions): MessageIterator;
+  /** Runs handler over the queue's messages until stopped; resolves after a clean stop. */
+  consume(queue: string, handler: Handler, options?: ConsumeOptions): Promise<ConsumeTotals>;
+
+  on(event: 'draining', listener: () => void): this;
+  on(event: 'close', listener: (error: QueensideError | undefined) => void): this;
+  on(event: 'notice', listener: (notice: unknown) => void): this;
+  on(event: 'unmatchedError', listener: (error: QueensideError) => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+}
+
+export declare function connect(options?: ConnectOptions | string): Promise<Client>;
+
+export declare const CLIENT_NAME: string;
+export declare const PROTOCOL_VERSION: 1;
+export declare const DEFAULT_QUEUE_OPTIONS: Readonly<Required<QueueOptions>>;
+export declare const DEFAULT_SOCKET: string;
+export declare const DEV_SOCKET: string;
+/** QUEENSIDE_SOCKET, else ./.queenside/queenside.sock if it exists, else DEFAULT_SOCKET. */
+export declare function defaultSocketPath(): string;
+
+/** An ack item completing a popped message. */
+export declare function completed(message: { leaseId?: string; offset: Integer }): AckItem;
+/** An ack item failing a popped message (charged to its retry budget). */
+export declare function failed(message: { leaseId?: string; offset: Integer }, reason?: unknown): AckItem;
+
+/** First 32 hex digits of SHA-256 over the canonical msgpack array of the parts. */
+export declare function stableTransactionId(...parts: Array<string | number | bigint | boolean | Uint8Array>): string;
+
+// ---------------------------------------------------------------- codec
+
+export declare function encode(value: unknown): Uint8Array;
+export declare function decode(bytes: Uint8Array): unknown;
+/** Decodes a frame body; payloads stay RawMsgpack. */
+export declare function decodeEnvelope(body: Uint8Array): Record<string, any>;
+/** Encodes an envelope as a whole frame, length prefix included. */
+export declare function encodeEnvelope(envelope: Record<string, any>): Uint8Array;
+export declare class FrameReader {
+  push(chunk: Uint8Array): Uint8Array[];
+  readonly buffered: number;
+}
+
+// ---------------------------------------------------------------- errors
+
+export declare const Codes: Readonly<Record<
+  'bad_request' | 'frame_too_large' | 'unknown_op' | 'unsupported' | 'invalid_argument' | 'not_found' |
+  'conflict' | 'lease_expired' | 'unavailable' | 'spool_full' | 'draining' | 'overloaded' |
+  'deadline_exceeded' | 'unauthorized' | 'internal', string>>;
+
+export declare class QueensideError extends Error {
+  constructor(message: string, fields: { code: string; retryable?: boolean; details?: Record<string, unknown>; op?: string; cause?: unknown });
+  /** The protocol code, e.g. "invalid_argument" ("connection" for ConnectionError). */
+  readonly code: string;
+  readonly retryable: boolean;
+  readonly details: Record<string, unknown> | undefined;
+  /** The operation of the failed call. */
+  readonly op: string | undefined;
+}
+export declare class BadRequestError extends QueensideError {}
+export declare class FrameTooLargeError extends QueensideError {}
+export declare class UnknownOpError extends QueensideError {}
+export declare class UnsupportedError extends QueensideError {}
+export declare class InvalidArgumentError extends QueensideError {}
+export declare class NotFoundError extends QueensideError {}
+export declare class ConflictError extends QueensideError {
+  /** The per-item ack results of the refused transaction. */
+  readonly acks: AckItemResult[];
+}
+export declare class LeaseExpiredError extends QueensideError {}
+export declare class UnavailableError extends QueensideError {}
+export declare class SpoolFullError extends QueensideError {}
+export declare class DrainingError extends QueensideError {}
+export declare class OverloadedError extends QueensideError {}
+export declare class DeadlineExceededError extends QueensideError {}
+export declare class UnauthorizedError extends QueensideError {}
+export declare class InternalError extends QueensideError {}
+/** The connection ended; the call may or may not have been carried out. */
+export declare class ConnectionError extends QueensideError {
+  constructor(message: string, fields?: { cause?: unknown; op?: string });
+}

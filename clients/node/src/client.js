@@ -1,0 +1,175 @@
+// The operations of the protocol (PROTOCOL.md, section 4), one method each,
+// on top of a pipelined connection.
+import { readFileSync } from 'node:fs';
+import { Connection, openSocket } from './connection.js';
+import { consume } from './consume.js';
+import { wirePushItem } from './items.js';
+import { MessageIterator } from './message-iterator.js';
+import { defaultSocketPath } from './socket-path.js';
+
+export const PROTOCOL_VERSION = 1;
+
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+export const CLIENT_NAME = `queenside-node/${version}`;
+
+/** The options of a queue as the sidecar makes it (PROTOCOL.md, configure). */
+export const DEFAULT_QUEUE_OPTIONS = Object.freeze({
+  leaseSeconds: 60,
+  retryLimit: 3,
+  dedupWindowSeconds: 3600,
+  retentionSeconds: 0,
+  completedRetentionSeconds: 86400,
+  delaySeconds: 0,
+});
+
+// Every method's last argument may carry these two next to the
+// operation's own options; they go into the envelope, not into args.
+function split(options = {}) {
+  const { signal, timeoutMs, ...rest } = options;
+  return [rest, { signal, timeoutMs }];
+}
+
+function list(value) {
+  return Array.isArray(value) ? value : [value];
+}
+
+export class Client extends Connection {
+  /**
+   * Connects to a sidecar and, unless `hello: false`, says hello, which
+   * checks the protocol version and learns the sidecar's frame limit.
+   * @param {import('../index.js').ConnectOptions | string} [options] or a socket path
+   * @returns {Promise<Client>}
+   */
+  static async connect(options = {}) {
+    const opts = typeof options === 'string' ? { socket: options } : options;
+    const path = opts.socket ?? defaultSocketPath();
+    const socket = await openSocket(path, opts.signal);
+    const client = new Client(socket, path);
+    if (opts.hello !== false) {
+      try {
+        await client.hello({ client: opts.client, signal: opts.signal, timeoutMs: opts.timeoutMs });
+      } catch (err) {
+        await client.close();
+        throw err;
+      }
+    }
+    return client;
+  }
+
+  /** What the sidecar said of itself in the last hello, if any. */
+  server = undefined;
+
+  async hello(options) {
+    const [{ client = CLIENT_NAME, protocol = PROTOCOL_VERSION }, call] = split(options);
+    const result = await this.call('hello', { protocol, client }, call);
+    this.server = result;
+    this.maxFrameBytes = result.maxFrameBytes;
+    return result;
+  }
+
+  async push(items, options) {
+    const [, call] = split(options);
+    const result = await this.call('push', { items: list(items).map(wirePushItem) }, call);
+    return result.results;
+  }
+
+  pop(queue, options) {
+    const [args, call] = split(options);
+    // An aborted pop may still be answered with leases; giving them back at
+    // once lets another consumer have the messages without waiting for the
+    // leases to expire.
+    const onLateResult = (result) => {
+      const ids = result.leases?.map((l) => l.leaseId) ?? [];
+      if (ids.length > 0 && !this.closed) this.release(ids).catch(() => {});
+    };
+    return this.call('pop', { queue, ...args }, { ...call, onLateResult });
+  }
+
+  ack(items, options) {
+    const [, call] = split(options);
+    return this.call('ack', { items: list(items) }, call);
+  }
+
+  async renew(leaseIds, options) {
+    const [{ seconds }, call] = split(options);
+    const result = await this.call('renew', { leaseIds: list(leaseIds), seconds }, call);
+    return result.results;
+  }
+
+  async release(leaseIds, options) {
+    const [, call] = split(options);
+    const result = await this.call('release', { leaseIds: list(leaseIds) }, call);
+    return result.results;
+  }
+
+  transaction({ acks = [], pushes = [] } = {}, options) {
+    const [, call] = split(options);
+    return this.call('transaction', { acks, pushes: pushes.map(wirePushItem) }, call);
+  }
+
+  configure(queue, options) {
+    const [queueOptions, call] = split(options);
+    return this.call('configure', { queue, options: queueOptions }, call);
+  }
+
+  async queues(options) {
+    const [, call] = split(options);
+    const result = await this.call('queues', {}, call);
+    return result.queues;
+  }
+
+  stats(queue, options) {
+    const [, call] = split(options);
+    return this.call('stats', { queue }, call);
+  }
+
+  async groups(queue, options) {
+    if (typeof queue === 'object' && queue !== null) [queue, options] = [undefined, queue];
+    const [, call] = split(options);
+    const result = await this.call('groups', { queue }, call);
+    return result.groups;
+  }
+
+  async seek(queue, group, to, options) {
+    const [{ partition }, call] = split(options);
+    const result = await this.call('seek', { queue, group, partition, to }, call);
+    return result.cursors;
+  }
+
+  async deleteGroup(queue, group, options) {
+    const [, call] = split(options);
+    const result = await this.call('deleteGroup', { queue, group }, call);
+    return result.deleted;
+  }
+
+  dlq(queue, options) {
+    const [args, call] = split(options);
+    return this.call('dlq', { queue, ...args }, call);
+  }
+
+  async dlqReplay(ids, options) {
+    const [, call] = split(options);
+    const result = await this.call('dlqReplay', { ids: list(ids) }, call);
+    return result.results;
+  }
+
+  health(options) {
+    const [, call] = split(options);
+    return this.call('health', {}, call);
+  }
+
+  /** Consumes queue as an async iterator (see message-iterator.js). */
+  messages(queue, options) {
+    return new MessageIterator(this, queue, options);
+  }
+
+  /** Runs handler over queue's messages until stopped (see consume.js). */
+  consume(queue, handler, options) {
+    return consume(this, queue, handler, options);
+  }
+}
+
+/** Same as Client.connect. */
+export function connect(options) {
+  return Client.connect(options);
+}

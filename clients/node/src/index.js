@@ -1,0 +1,32 @@
+// queenside: the Node client of the queenside sidecar.
+export { Client, connect, CLIENT_NAME, DEFAULT_QUEUE_OPTIONS, PROTOCOL_VERSION } from './client.js';
+export { MessageIterator } from './message-iterator.js';
+export { completed, failed } from './items.js';
+export { stableTransactionId } from './transaction-id.js';
+export { defaultSocketPath, DEFAULT_SOCKET, DEV_SOCKET } from './socket-path.js';
+export { PreciseDate } from './codec/precise-date.js';
+export { RawMsgpack } from './codec/raw.js';
+export { encode } from './codec/encode.js';
+export { decode } from './codec/decode.js';
+export { decodeEnvelope, encodeEnvelope } from './codec/envelope.js';
+export { FrameReader } from './codec/frame-reader.js';
+export {
+  Codes,
+  QueensideError,
+  ConnectionError,
+  BadRequestError,
+  FrameTooLargeError,
+  UnknownOpError,
+  UnsupportedError,
+  InvalidArgumentError,
+  NotFoundError,
+  ConflictError,
+  LeaseExpiredError,
+  UnavailableError,
+  SpoolFullError,
+  DrainingError,
+  OverloadedError,
+  DeadlineExceededError,
+  UnauthorizedError,
+  InternalError,
+} from './errors.js';

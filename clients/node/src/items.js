@@ -1,0 +1,62 @@
+// Building the items that push, ack and transaction send.
+import { RawMsgpack } from './codec/raw.js';
+import { isSingleValue } from './codec/spans.js';
+
+/**
+ * The wire form of a push item. `payload` is any JS value and is encoded;
+ * `payloadBytes` is an already-encoded msgpack value, sent as it is (to
+ * forward a popped message's exact bytes, for instance).
+ * @param {import('../index.js').PushItem} item
+ */
+export function wirePushItem(item) {
+  if (item === null || typeof item !== 'object' || Array.isArray(item)) {
+    throw new TypeError('a push item must be an object such as {queue, payload}');
+  }
+  const { payloadBytes, ...fields } = item;
+  if (payloadBytes === undefined) return fields;
+  if (item.payload !== undefined) {
+    throw new TypeError('a push item takes payload or payloadBytes, not both');
+  }
+  // Bytes that are not exactly one msgpack value would shift every byte
+  // after them and garble the whole request, so they are refused here.
+  if (!(payloadBytes instanceof Uint8Array) || !isSingleValue(payloadBytes)) {
+    throw new TypeError('payloadBytes must be a Uint8Array holding exactly one msgpack value');
+  }
+  return { ...fields, payload: new RawMsgpack(payloadBytes) };
+}
+
+/**
+ * An ack item that completes a message.
+ * @param {{leaseId?: string, offset: number}} message as popped
+ */
+export function completed(message) {
+  return { leaseId: leaseOf(message), offset: message.offset, status: 'completed' };
+}
+
+/**
+ * An ack item that reports a message failed: the message and the rest of
+ * its lease are delivered again, and its retry budget is charged.
+ * @param {{leaseId?: string, offset: number}} message as popped
+ * @param {unknown} [reason] an Error or a text, kept with a dead letter
+ */
+export function failed(message, reason) {
+  const item = { leaseId: leaseOf(message), offset: message.offset, status: 'failed' };
+  const text = reasonText(reason);
+  if (text !== undefined) item.error = text;
+  return item;
+}
+
+function leaseOf(message) {
+  if (typeof message?.leaseId !== 'string') {
+    throw new TypeError('only a leased message can be acked (it has no leaseId: popped with autoAck?)');
+  }
+  return message.leaseId;
+}
+
+function reasonText(reason) {
+  if (reason === undefined || reason === null) return undefined;
+  const text = reason instanceof Error ? reason.message || reason.name : String(reason);
+  // The sidecar refuses a NUL byte in an ack error text, and refuses the
+  // whole ack with it; a reason should never cost the ack.
+  return text.replaceAll('\0', '\uFFFD');
+}

@@ -1,0 +1,105 @@
+// The messages of one pop while they are being handled: which are done,
+// which failed, and, at the end, the single ack (and release) that reports
+// it all to the sidecar. Shared by messages() and consume().
+import { completed, failed } from './items.js';
+import { keepLeasesAlive } from './lease-keeper.js';
+import { ConnectionError } from './errors.js';
+
+const SETTLE_ATTEMPTS = 3;
+const SETTLE_BACKOFF_MS = 200;
+
+export class LeasedBatch {
+  #client;
+  #messages;
+  #next = 0;
+  #acks = []; // ack items, in the order messages were settled
+  #settled = new Set(); // messages completed or failed (each has an ack item)
+  #failedLeases = new Set(); // leases whose rest will come again (rewound)
+  #stopRenewing;
+
+  /**
+   * @param {import('./client.js').Client} client
+   * @param {{messages: any[], leases: any[]}} popResult
+   * @param {{leaseSeconds?: number, renewEveryMs?: number}} renewOptions
+   */
+  constructor(client, popResult, renewOptions) {
+    this.#client = client;
+    this.#messages = popResult.messages;
+    this.leases = popResult.leases;
+    this.#stopRenewing = keepLeasesAlive(client, popResult.leases, renewOptions);
+  }
+
+  /**
+   * The next message to handle, or undefined when the batch is used up.
+   * After a failure the rest of that lease is skipped: the failure rewinds
+   * the group's cursor, so those messages come again in a later pop.
+   */
+  nextMessage() {
+    while (this.#next < this.#messages.length) {
+      const m = this.#messages[this.#next++];
+      if (!this.#failedLeases.has(m.leaseId)) return m;
+    }
+    return undefined;
+  }
+
+  /** Whether the message was already completed or failed. */
+  isSettled(message) {
+    return this.#settled.has(message);
+  }
+
+  complete(message) {
+    if (this.#settled.has(message)) return;
+    this.#settled.add(message);
+    this.#acks.push(completed(message));
+  }
+
+  fail(message, reason) {
+    if (this.#settled.has(message)) return;
+    this.#settled.add(message);
+    this.#acks.push(failed(message, reason));
+    this.#failedLeases.add(message.leaseId);
+  }
+
+  /**
+   * Ends the batch: stops renewing, acks what was completed or failed, and
+   * releases every lease that still holds messages neither completed nor
+   * failed (a consumer that stops early), so that they go to another
+   * consumer at once instead of when the lease expires. No retry budget is
+   * charged for those.
+   * @returns {Promise<{completed: number, failed: number}>} what the sidecar recorded
+   */
+  async settle() {
+    this.#stopRenewing();
+    const counts = { completed: 0, failed: 0 };
+    if (this.#acks.length > 0) {
+      const { results } = await this.#retrying((o) => this.#client.ack(this.#acks, o));
+      for (const r of results) {
+        if (!r.success) continue; // lease_expired and the like: it comes again
+        if (this.#acks[r.index].status === 'completed') counts.completed++;
+        else counts.failed++;
+      }
+    }
+    // A failed lease was already ended by its failure.
+    const unfinished = new Set();
+    for (const m of this.#messages) {
+      if (!this.#settled.has(m) && !this.#failedLeases.has(m.leaseId)) unfinished.add(m.leaseId);
+    }
+    if (unfinished.size > 0) {
+      await this.#retrying((o) => this.#client.release([...unfinished], o));
+    }
+    return counts;
+  }
+
+  // Acks and releases are safe to repeat (PROTOCOL.md, ack), so a retryable
+  // answer is tried again a few times before the error is passed on.
+  async #retrying(send) {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await send({ timeoutMs: 10_000 });
+      } catch (err) {
+        if (!err?.retryable || err instanceof ConnectionError || attempt >= SETTLE_ATTEMPTS) throw err;
+        await new Promise((r) => setTimeout(r, SETTLE_BACKOFF_MS * attempt));
+      }
+    }
+  }
+}

@@ -1,0 +1,54 @@
+// The popping half of a consumer: long-poll until messages come, wait and
+// try again on retryable errors, and stop when told to.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ConnectionError } from './errors.js';
+
+/** Returned instead of a pop result when the stop signal ended the wait. */
+export const STOPPED = Symbol('stopped');
+
+export const CONSUMER_DEFAULTS = Object.freeze({ batch: 10, waitMs: 5000 });
+
+const FIRST_BACKOFF_MS = 250;
+const MAX_BACKOFF_MS = 5000;
+
+/**
+ * Pops queue until a pop brings leased messages, or stop is aborted.
+ * @param {import('./client.js').Client} client
+ * @param {string} queue
+ * @param {import('../index.js').ConsumerOptions} options
+ * @param {AbortSignal} stop
+ * @returns {Promise<{messages: any[], leases: any[]} | typeof STOPPED>}
+ */
+export async function popUntilMessages(client, queue, options, stop) {
+  const args = {
+    group: options.group,
+    partition: options.partition,
+    batch: options.batch ?? CONSUMER_DEFAULTS.batch,
+    partitions: options.partitions,
+    waitMs: options.waitMs ?? CONSUMER_DEFAULTS.waitMs,
+    leaseSeconds: options.leaseSeconds,
+    subscriptionMode: options.subscriptionMode,
+    subscriptionFrom: options.subscriptionFrom,
+    signal: stop,
+  };
+  let backoff = FIRST_BACKOFF_MS;
+  while (!stop.aborted) {
+    try {
+      const result = await client.pop(queue, args);
+      if (result.leases.length > 0) return result;
+      backoff = FIRST_BACKOFF_MS;
+    } catch (err) {
+      if (stop.aborted) break;
+      // A closed client cannot get better by waiting; nor can a request the
+      // sidecar refuses as it stands (invalid_argument and the like).
+      if (err instanceof ConnectionError || !err?.retryable) throw err;
+      try {
+        await sleep(backoff, undefined, { signal: stop });
+      } catch {
+        break;
+      }
+      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+    }
+  }
+  return STOPPED;
+}

@@ -1,0 +1,32 @@
+// Turning decoded results into what callers get: messages (pop) and dead
+// letters (dlq) with their payload decoded, and the exact bytes beside it.
+import { decode } from './codec/decode.js';
+import { RawMsgpack } from './codec/raw.js';
+
+const LISTS_WITH_PAYLOADS = ['messages', 'entries'];
+
+/**
+ * Replaces each RawMsgpack payload of result.messages / result.entries by
+ * its decoded value, and adds `payloadBytes` (a copy, so that a kept message
+ * does not pin the whole frame it came in).
+ * @param {Record<string, any>} result
+ */
+export function decodePayloads(result) {
+  for (const list of LISTS_WITH_PAYLOADS) {
+    const elements = result?.[list];
+    if (!Array.isArray(elements)) continue;
+    for (const element of elements) {
+      if (!(element?.payload instanceof RawMsgpack)) continue;
+      const bytes = new Uint8Array(element.payload.bytes); // a copy (Buffer#slice would be a view)
+      element.payloadBytes = bytes;
+      try {
+        element.payload = decode(bytes);
+      } catch {
+        // Valid msgpack that has no JS value (a timestamp extension of a
+        // length the standard does not define, say): the bytes stay usable.
+        element.payload = undefined;
+      }
+    }
+  }
+  return result;
+}

@@ -1,0 +1,186 @@
+// Consumption: the async iterator's rules for when a message is done, and
+// consume() with failures, redelivery, lease renewal, stopping and
+// concurrency.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { connect } from '../src/index.js';
+import { testSidecars, uniqueQueue } from './harness.js';
+
+let sidecars;
+let client;
+before(async () => {
+  sidecars = await testSidecars();
+  client = await connect({ socket: sidecars.socket });
+});
+after(async () => {
+  await client?.close();
+  await sidecars?.stop();
+});
+
+async function pushAll(queue, payloads, partition) {
+  const results = await client.push(payloads.map((payload) => ({ queue, partition, payload })));
+  assert.ok(results.every((r) => r.status === 'queued'));
+}
+
+async function lagOf(queue, group) {
+  const groups = await client.groups(queue);
+  return groups.find((g) => g.group === group)?.lag;
+}
+
+const FAST = { waitMs: 200 };
+
+describe('messages() iterator', () => {
+  test('a message is completed when the loop asks for the next one', async () => {
+    const queue = uniqueQueue('iter');
+    await pushAll(queue, [0, 1, 2, 3, 4]);
+    const stop = new AbortController();
+    const seen = [];
+    const iterator = client.messages(queue, { group: 'g', batch: 2, ...FAST, signal: stop.signal });
+    for await (const msg of iterator) {
+      seen.push(msg.payload);
+      if (seen.length === 5) stop.abort();
+    }
+    assert.deepEqual(seen, [0, 1, 2, 3, 4]);
+    assert.deepEqual(iterator.totals, { completed: 5, failed: 0 });
+    assert.equal(await lagOf(queue, 'g'), 0);
+  });
+
+  test('a loop body that throws fails the message in hand (charged: it can be dead-lettered)', async () => {
+    const queue = uniqueQueue('iter-throw');
+    await client.configure(queue, { retryLimit: 0 });
+    await pushAll(queue, ['poison', 'fine']);
+    await assert.rejects(async () => {
+      for await (const msg of client.messages(queue, { group: 'g', batch: 2, ...FAST })) {
+        throw new Error(`cannot handle ${msg.payload}`);
+      }
+    }, /cannot handle poison/);
+    const { entries } = await client.dlq(queue, { group: 'g' });
+    assert.equal(entries.length, 1);
+    assert.equal(entries[0].payload, 'poison');
+    assert.match(entries[0].error, /loop over messages ended/);
+    const { messages } = await client.pop(queue, { group: 'g', autoAck: true });
+    assert.equal(messages[0].payload, 'fine', 'the rest of the batch was handed back');
+  });
+
+  test('break after msg.complete() keeps the message done; break without it gives it back', async () => {
+    const queue = uniqueQueue('iter-break');
+    await pushAll(queue, ['a', 'b', 'c']);
+    for await (const msg of client.messages(queue, { group: 'g', batch: 3, ...FAST })) {
+      assert.equal(msg.payload, 'a');
+      msg.complete();
+      break;
+    }
+    for await (const msg of client.messages(queue, { group: 'g', batch: 3, ...FAST })) {
+      assert.equal(msg.payload, 'b');
+      break; // b counts failed, and comes again
+    }
+    const { messages } = await client.pop(queue, { group: 'g', batch: 3, autoAck: true });
+    assert.deepEqual(messages.map((m) => [m.payload, m.redelivered]), [['b', true], ['c', true]]);
+  });
+
+  test('msg.fail() sends the message and the rest of its lease round again', async () => {
+    const queue = uniqueQueue('iter-fail');
+    await pushAll(queue, ['a', 'b', 'c']);
+    const stop = new AbortController();
+    const seen = [];
+    for await (const msg of client.messages(queue, { group: 'g', batch: 3, ...FAST, signal: stop.signal })) {
+      seen.push(`${msg.payload}${msg.redelivered ? '*' : ''}`);
+      if (msg.payload === 'b' && !msg.redelivered) msg.fail(new Error('try again'));
+      if (msg.payload === 'c') stop.abort();
+    }
+    assert.deepEqual(seen, ['a', 'b', 'b*', 'c*']);
+    assert.equal(await lagOf(queue, 'g'), 0);
+  });
+});
+
+describe('consume()', () => {
+  test('a handler that fails once succeeds on redelivery', async () => {
+    const queue = uniqueQueue('consume');
+    await pushAll(queue, [0, 1, 2, 3, 4], 'left');
+    await pushAll(queue, [5, 6, 7, 8, 9], 'right');
+    const stop = new AbortController();
+    const handled = new Map();
+    let failures = 0;
+    const totals = await client.consume(queue, async (msg) => {
+      if (msg.payload === 3 && failures === 0) {
+        failures++;
+        throw new Error('flaky downstream');
+      }
+      handled.set(msg.payload, msg.redelivered);
+      if (handled.size === 10) stop.abort();
+    }, { group: 'workers', batch: 5, partitions: 2, ...FAST, signal: stop.signal });
+    assert.deepEqual([...handled.keys()].sort((a, b) => a - b), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert.equal(handled.get(3), true, 'the failed message came again');
+    assert.deepEqual(totals, { completed: 10, failed: 1 });
+    assert.equal(await lagOf(queue, 'workers'), 0);
+  });
+
+  test('leases are renewed while a handler runs longer than the lease', async () => {
+    const queue = uniqueQueue('renewing');
+    await client.configure(queue, { leaseSeconds: 1 });
+    await pushAll(queue, ['slow']);
+    const stop = new AbortController();
+    let stolen;
+    const totals = await client.consume(queue, async () => {
+      await sleep(2500);
+      // Had the 1 s lease lapsed, this pop of the same group would get it.
+      stolen = await client.pop(queue, { group: 'g' });
+      stop.abort();
+    }, { group: 'g', ...FAST, signal: stop.signal });
+    assert.deepEqual(stolen.messages, []);
+    assert.deepEqual(totals, { completed: 1, failed: 0 });
+  });
+
+  test('stopping finishes the message in hand and releases the rest at once', async () => {
+    const queue = uniqueQueue('stopping');
+    await pushAll(queue, [1, 2, 3, 4, 5]);
+    const stop = new AbortController();
+    const seen = [];
+    const totals = await client.consume(queue, async (msg, { signal }) => {
+      seen.push(msg.payload);
+      if (msg.payload === 2) stop.abort();
+      assert.equal(signal.aborted, msg.payload === 2);
+    }, { group: 'g', batch: 5, ...FAST, signal: stop.signal });
+    assert.deepEqual(seen, [1, 2]);
+    assert.deepEqual(totals, { completed: 2, failed: 0 });
+    const { messages } = await client.pop(queue, { group: 'g', batch: 5, autoAck: true });
+    assert.deepEqual(messages.map((m) => m.payload), [3, 4, 5], 'no wait for a lease to expire');
+  });
+
+  test('SIGINT stops it cleanly when stopOnSignals is set', async () => {
+    const queue = uniqueQueue('sigint');
+    const listenersBefore = process.listenerCount('SIGINT');
+    const running = client.consume(queue, () => {}, { ...FAST, stopOnSignals: true });
+    await sleep(100);
+    assert.equal(process.listenerCount('SIGINT'), listenersBefore + 1);
+    process.emit('SIGINT', 'SIGINT');
+    assert.deepEqual(await running, { completed: 0, failed: 0 });
+    assert.equal(process.listenerCount('SIGINT'), listenersBefore);
+  });
+
+  test('concurrency runs handlers in parallel, never two of one partition', async () => {
+    const queue = uniqueQueue('parallel');
+    for (const p of ['a', 'b', 'c', 'd']) await pushAll(queue, [0, 1, 2, 3].map((n) => `${p}${n}`), p);
+    const stop = new AbortController();
+    const busy = new Set();
+    let most = 0;
+    const order = { a: [], b: [], c: [], d: [] };
+    let done = 0;
+    await client.consume(queue, async (msg) => {
+      assert.ok(!busy.has(msg.partition), `two handlers in partition ${msg.partition}`);
+      busy.add(msg.partition);
+      most = Math.max(most, busy.size);
+      await sleep(40);
+      order[msg.partition].push(msg.payload);
+      busy.delete(msg.partition);
+      if (++done === 16) stop.abort();
+    }, { group: 'g', batch: 2, concurrency: 4, ...FAST, signal: stop.signal });
+    assert.ok(most > 1, 'handlers ran at the same time');
+    for (const [p, payloads] of Object.entries(order)) assert.deepEqual(payloads, [0, 1, 2, 3].map((n) => `${p}${n}`));
+  });
+
+  test('an error that retrying cannot fix rejects consume()', async () => {
+    await assert.rejects(client.consume('not a valid queue name!', () => {}, FAST), { code: 'invalid_argument' });
+  });
+});

@@ -1,0 +1,210 @@
+"""The asyncio consume loop: ``Consumer``'s rules, with tasks instead of threads."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import inspect
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
+
+from .async_lease_keeper import AsyncLeaseKeeper
+from .consume_batch import AsyncHandler, ConsumeStats, Settlement, split_by_lease
+from .errors import ConnectionClosedError, DrainingError, QueensideError
+from .results import PopResult
+from .stop_signals import STOP_SIGNALS
+
+if TYPE_CHECKING:
+    from .async_client import AsyncClient
+
+__all__ = ["AsyncConsumer", "AsyncHandler", "ConsumeStats"]
+
+log = logging.getLogger("queenside")
+
+
+class AsyncConsumer:
+    """Pops ``queue`` for ``group`` and awaits ``handler`` on each message.
+
+    The handler may be a coroutine function or a plain function (which then
+    runs on the event loop, so it must not block). ``concurrency`` tasks each
+    pop and handle their own batches. Everything else, guarantees included,
+    is as for ``Consumer``.
+    """
+
+    def __init__(
+        self,
+        client: "AsyncClient",
+        queue: str,
+        handler: AsyncHandler,
+        *,
+        group: str = "",
+        partition: Optional[str] = None,
+        batch: int = 10,
+        partitions: int = 1,
+        concurrency: int = 1,
+        wait_ms: int = 2000,
+        lease_seconds: Optional[int] = None,
+        renew_every: Optional[float] = None,
+        subscription_mode: Optional[str] = None,
+        subscription_from: Optional[Union[_dt.datetime, int, str]] = None,
+        stop: Optional[asyncio.Event] = None,
+        handle_signals: bool = True,
+        retry_delay: float = 0.5,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.client = client
+        self.queue = queue
+        self.handler = handler
+        self.group = group
+        self.partition = partition
+        self.batch = batch
+        self.partitions = partitions
+        self.concurrency = concurrency
+        self.wait_ms = wait_ms
+        self.lease_seconds = lease_seconds
+        self.renew_every = renew_every
+        self.subscription_mode = subscription_mode
+        self.subscription_from = subscription_from
+        self.handle_signals = handle_signals
+        self.retry_delay = retry_delay
+        self._stop = stop if stop is not None else asyncio.Event()
+        self._fatal: Optional[BaseException] = None
+        self._stats = ConsumeStats()
+        self._keeper: Optional[AsyncLeaseKeeper] = None
+
+    @property
+    def stats(self) -> ConsumeStats:
+        return self._stats
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _stopping(self) -> bool:
+        return self._stop.is_set() or self._fatal is not None or self.client.draining
+
+    async def run(self) -> ConsumeStats:
+        restore = self._install_signals() if self.handle_signals else (lambda: None)
+        self._keeper = AsyncLeaseKeeper(self.client, self.lease_seconds, self.renew_every)
+        self._keeper.start()
+        try:
+            await asyncio.gather(*(self._work() for _ in range(self.concurrency)))
+        finally:
+            await self._keeper.stop()
+            restore()
+        if self._fatal is not None:
+            raise self._fatal
+        if self.client.draining and not self._stop.is_set():
+            raise DrainingError("the sidecar is shutting down; consume stopped")
+        return self._stats
+
+    def _install_signals(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        previous: Dict[int, Any] = {}
+        for sig in STOP_SIGNALS:
+            try:
+                handler = signal.getsignal(sig)
+                loop.add_signal_handler(sig, self.stop)
+                previous[sig] = handler
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                # remove_signal_handler leaves SIG_DFL behind: put back
+                # what was there (Python's own Ctrl-C handling, say).
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, handler)
+
+        return restore
+
+    async def _work(self) -> None:
+        try:
+            while not self._stopping():
+                result = await self._pop()
+                if result is not None and result.leases:
+                    await self._handle(result)
+        except BaseException as exc:
+            if self._fatal is None:
+                self._fatal = exc
+            self._stop.set()
+
+    async def _pop(self) -> Optional[PopResult]:
+        try:
+            return await self.client.pop(
+                self.queue,
+                group=self.group,
+                partition=self.partition,
+                batch=self.batch,
+                partitions=self.partitions,
+                wait_ms=self.wait_ms,
+                lease_seconds=self.lease_seconds,
+                subscription_mode=self.subscription_mode,
+                subscription_from=self.subscription_from,
+            )
+        except DrainingError:
+            return None
+        except QueensideError as exc:
+            if self._stopping():
+                return None
+            if isinstance(exc, ConnectionClosedError) or not exc.retryable:
+                raise
+            log.warning("queenside: pop %s failed (%s); trying again", self.queue, exc)
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=self.retry_delay)
+            except asyncio.TimeoutError:
+                pass
+            return None
+
+    async def _handle(self, result: PopResult) -> None:
+        assert self._keeper is not None
+        settlement = Settlement()
+        self._keeper.track(result.leases)
+        try:
+            for work in split_by_lease(result):
+                for message in work.messages:
+                    if self._stopping():
+                        settlement.give_back(work.lease)
+                        break
+                    try:
+                        outputs = self.handler(message)
+                        if inspect.isawaitable(outputs):
+                            outputs = await outputs
+                    except Exception as exc:
+                        log.info("queenside: handler failed on %s/%s@%d: %s", message.queue, message.partition, message.offset, exc)
+                        settlement.fail(message, exc)
+                        break
+                    except BaseException:
+                        settlement.give_back(work.lease)
+                        raise
+                    settlement.complete(message, outputs)
+        finally:
+            # Untracked first: the acks end the leases, and a renewal racing
+            # them would only log a spurious lease_expired. A third of the
+            # lease at least is left, plenty for one call.
+            self._keeper.untrack(result.leases)
+            await self._settle(settlement)
+
+    async def _settle(self, s: Settlement) -> None:
+        stats = s.stats()
+        fatal: Optional[QueensideError] = None
+        if s.acks:
+            try:
+                if s.pushes:
+                    s.count_refused((await self.client.transaction(s.acks, s.pushes)).acks, stats)
+                else:
+                    s.count_refused((await self.client.ack(s.acks)).results, stats)
+            except QueensideError as exc:
+                fatal = s.on_settle_error(exc, stats)
+        if s.release:
+            try:
+                await self.client.release(s.release)
+            except QueensideError as exc:
+                log.warning("queenside: release failed (%s); those leases will expire", exc)
+        self._stats.add(stats)
+        if fatal is not None:
+            raise fatal

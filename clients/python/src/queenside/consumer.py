@@ -1,0 +1,209 @@
+"""The synchronous consume loop.
+
+Delivery is at least once: a message is acked only after its handler
+returned, so a crash, a lease that lapses or a refused ack brings it back.
+Make handlers idempotent on ``message.transaction_id``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import threading
+from typing import TYPE_CHECKING, List, Optional, Union
+
+from .consume_batch import ConsumeStats, Handler, Settlement, split_by_lease
+from .errors import ConnectionClosedError, DrainingError, QueensideError
+from .lease_keeper import LeaseKeeper
+from .results import PopResult
+from .stop_signals import install_stop_signals
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["Consumer", "ConsumeStats", "Handler"]
+
+log = logging.getLogger("queenside")
+
+
+class Consumer:
+    """Pops ``queue`` for ``group`` and hands each message to ``handler``.
+
+    - ``handler(message)`` returning normally completes the message; raising
+      fails it (a nack: it comes again, after the retry budget is charged,
+      and is dead-lettered past the queue's ``retryLimit``). Returning push
+      items commits them in one transaction with the acks of the batch.
+    - ``concurrency`` threads each pop and handle their own batches; the
+      messages of one partition are never handled at once by two threads,
+      and always in offset order.
+    - Leases are renewed while handlers run.
+    - ``stop()``, the ``stop`` event, SIGINT or SIGTERM (when run in the main
+      thread with ``handle_signals``) end the loop cleanly: the message in
+      hand finishes, what completed is acked, the rest is released to other
+      consumers. A stop takes at most ``wait_ms`` plus the message in hand.
+    - ``run()`` returns the counts after a requested stop. It raises
+      ``DrainingError`` when the sidecar began shutting down, and the error
+      that ended it otherwise (a lost connection, a non-retryable answer).
+    """
+
+    def __init__(
+        self,
+        client: "Client",
+        queue: str,
+        handler: Handler,
+        *,
+        group: str = "",
+        partition: Optional[str] = None,
+        batch: int = 10,
+        partitions: int = 1,
+        concurrency: int = 1,
+        wait_ms: int = 2000,
+        lease_seconds: Optional[int] = None,
+        renew_every: Optional[float] = None,
+        subscription_mode: Optional[str] = None,
+        subscription_from: Optional[Union[_dt.datetime, int, str]] = None,
+        stop: Optional[threading.Event] = None,
+        handle_signals: bool = True,
+        retry_delay: float = 0.5,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.client = client
+        self.queue = queue
+        self.handler = handler
+        self.group = group
+        self.partition = partition
+        self.batch = batch
+        self.partitions = partitions
+        self.concurrency = concurrency
+        self.wait_ms = wait_ms
+        self.lease_seconds = lease_seconds
+        self.renew_every = renew_every
+        self.subscription_mode = subscription_mode
+        self.subscription_from = subscription_from
+        self.handle_signals = handle_signals
+        self.retry_delay = retry_delay
+        self._stop = stop if stop is not None else threading.Event()
+        self._fatal: Optional[BaseException] = None
+        self._stats = ConsumeStats()
+        self._stats_lock = threading.Lock()
+        self._keeper: Optional[LeaseKeeper] = None
+
+    @property
+    def stats(self) -> ConsumeStats:
+        return self._stats
+
+    def stop(self) -> None:
+        """Ask the loop to stop; ``run()`` returns once the batches in hand are settled."""
+        self._stop.set()
+
+    def _stopping(self) -> bool:
+        return self._stop.is_set() or self._fatal is not None or self.client.draining
+
+    def run(self) -> ConsumeStats:
+        restore = install_stop_signals(self.stop) if self.handle_signals else (lambda: None)
+        self._keeper = LeaseKeeper(self.client, self.lease_seconds, self.renew_every)
+        self._keeper.start()
+        workers: List[threading.Thread] = [
+            threading.Thread(target=self._work, name=f"queenside-consume-{i}", daemon=True) for i in range(self.concurrency)
+        ]
+        try:
+            for w in workers:
+                w.start()
+            for w in workers:
+                # Joined with a timeout so that the main thread gets to run
+                # signal handlers while the workers wait on the socket.
+                while w.is_alive():
+                    w.join(timeout=0.2)
+        finally:
+            self._keeper.stop()
+            restore()
+        if self._fatal is not None:
+            raise self._fatal
+        if self.client.draining and not self._stop.is_set():
+            raise DrainingError("the sidecar is shutting down; consume stopped")
+        return self._stats
+
+    def _work(self) -> None:
+        try:
+            while not self._stopping():
+                result = self._pop()
+                if result is not None and result.leases:
+                    self._handle(result)
+        except BaseException as exc:  # ends the whole loop, reported by run()
+            if self._fatal is None:
+                self._fatal = exc
+            self._stop.set()
+
+    def _pop(self) -> Optional[PopResult]:
+        try:
+            return self.client.pop(
+                self.queue,
+                group=self.group,
+                partition=self.partition,
+                batch=self.batch,
+                partitions=self.partitions,
+                wait_ms=self.wait_ms,
+                lease_seconds=self.lease_seconds,
+                subscription_mode=self.subscription_mode,
+                subscription_from=self.subscription_from,
+            )
+        except DrainingError:
+            return None  # the draining flag ends the loop
+        except QueensideError as exc:
+            if self._stopping():
+                return None
+            if isinstance(exc, ConnectionClosedError) or not exc.retryable:
+                raise
+            log.warning("queenside: pop %s failed (%s); trying again", self.queue, exc)
+            self._stop.wait(self.retry_delay)
+            return None
+
+    def _handle(self, result: PopResult) -> None:
+        assert self._keeper is not None
+        settlement = Settlement()
+        self._keeper.track(result.leases)
+        try:
+            for work in split_by_lease(result):
+                for message in work.messages:
+                    if self._stopping():
+                        settlement.give_back(work.lease)
+                        break
+                    try:
+                        outputs = self.handler(message)
+                    except Exception as exc:
+                        log.info("queenside: handler failed on %s/%s@%d: %s", message.queue, message.partition, message.offset, exc)
+                        settlement.fail(message, exc)
+                        break  # the rest of this lease comes again after the rewind
+                    except BaseException:
+                        settlement.give_back(work.lease)
+                        raise
+                    settlement.complete(message, outputs)
+        finally:
+            # Untracked first: the acks end the leases, and a renewal racing
+            # them would only log a spurious lease_expired. A third of the
+            # lease at least is left, plenty for one call.
+            self._keeper.untrack(result.leases)
+            self._settle(settlement)
+
+    def _settle(self, s: Settlement) -> None:
+        stats = s.stats()
+        fatal: Optional[QueensideError] = None
+        if s.acks:
+            try:
+                if s.pushes:
+                    s.count_refused(self.client.transaction(s.acks, s.pushes).acks, stats)
+                else:
+                    s.count_refused(self.client.ack(s.acks).results, stats)
+            except QueensideError as exc:
+                fatal = s.on_settle_error(exc, stats)
+        if s.release:
+            try:
+                self.client.release(s.release)
+            except QueensideError as exc:
+                # Unreleased leases just expire; nothing is lost.
+                log.warning("queenside: release failed (%s); those leases will expire", exc)
+        with self._stats_lock:
+            self._stats.add(stats)
+        if fatal is not None:
+            raise fatal

@@ -1,0 +1,186 @@
+"""Every operation of protocol version 1, as an ``Op``: its name, its argument
+map and how to read its result.
+
+The synchronous and the asyncio client both send these; keeping them here
+means each operation is spelled out once.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, TypeVar, Union
+
+from .admin_results import (
+    CursorPosition,
+    DLQPage,
+    DLQReplayResult,
+    GroupInfo,
+    HealthResult,
+    HelloResult,
+    QueueInfo,
+    StatsResult,
+)
+from .codec import time_arg
+from .items import AckItem, PushItem, QueueOptions
+from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
+
+__all__ = ["Op", "PROTOCOL_VERSION", "SeekTarget"]
+
+T = TypeVar("T")
+
+PROTOCOL_VERSION = 1
+
+# "beginning", "end", an aware datetime, epoch milliseconds or an RFC 3339 string.
+SeekTarget = Union[str, int, _dt.datetime]
+
+
+@dataclass(frozen=True)
+class Op(Generic[T]):
+    """One request to send and the reader of its result."""
+
+    name: str
+    args: Optional[Dict[str, Any]]
+    parse: Callable[[Dict[str, Any]], T]
+    # How long the sidecar may rightly hold the request before answering
+    # (a pop's long-poll); added to the caller's timeout.
+    wait_seconds: float = 0.0
+
+
+def _identity(result: Dict[str, Any]) -> Dict[str, Any]:
+    return result
+
+
+def raw(name: str, args: Optional[Dict[str, Any]] = None) -> Op[Dict[str, Any]]:
+    return Op(name, args, _identity)
+
+
+def hello(client: str, protocol: int = PROTOCOL_VERSION) -> Op[HelloResult]:
+    args: Dict[str, Any] = {"protocol": protocol}
+    if client:
+        args["client"] = client
+    return Op("hello", args, HelloResult.from_wire)
+
+
+def push(items: Iterable[PushItem]) -> Op[List[PushResult]]:
+    wire = [item.to_wire() for item in items]
+    return Op("push", {"items": wire}, lambda r: [PushResult.from_wire(x) for x in r.get("results") or []])
+
+
+def pop(
+    queue: str,
+    *,
+    group: str = "",
+    partition: Optional[str] = None,
+    batch: int = 1,
+    partitions: int = 1,
+    wait_ms: int = 0,
+    auto_ack: bool = False,
+    lease_seconds: Optional[int] = None,
+    subscription_mode: Optional[str] = None,
+    subscription_from: Optional[Union[_dt.datetime, int, str]] = None,
+) -> Op[PopResult]:
+    args: Dict[str, Any] = {"queue": queue}
+    if partition is not None:
+        args["partition"] = partition
+    if group:
+        args["group"] = group
+    args["batch"] = batch
+    args["partitions"] = partitions
+    if wait_ms:
+        args["waitMs"] = wait_ms
+    if auto_ack:
+        args["autoAck"] = True
+    if lease_seconds is not None:
+        args["leaseSeconds"] = lease_seconds
+    if subscription_mode is not None:
+        args["subscriptionMode"] = subscription_mode
+    if subscription_from is not None:
+        args["subscriptionFrom"] = time_arg(subscription_from)
+    return Op("pop", args, PopResult.from_wire, wait_seconds=max(wait_ms, 0) / 1000.0)
+
+
+def ack(items: Iterable[AckItem]) -> Op[AckResult]:
+    return Op("ack", {"items": [item.to_wire() for item in items]}, AckResult.from_wire)
+
+
+def _lease_results(result: Dict[str, Any]) -> List[LeaseResult]:
+    return [LeaseResult.from_wire(x) for x in result.get("results") or []]
+
+
+def renew(lease_ids: Iterable[str], seconds: Optional[int] = None) -> Op[List[LeaseResult]]:
+    args: Dict[str, Any] = {"leaseIds": list(lease_ids)}
+    if seconds is not None:
+        args["seconds"] = seconds
+    return Op("renew", args, _lease_results)
+
+
+def release(lease_ids: Iterable[str]) -> Op[List[LeaseResult]]:
+    return Op("release", {"leaseIds": list(lease_ids)}, _lease_results)
+
+
+def transaction(acks: Iterable[AckItem] = (), pushes: Iterable[PushItem] = ()) -> Op[TransactionResult]:
+    args = {"acks": [a.to_wire() for a in acks], "pushes": [p.to_wire() for p in pushes]}
+    return Op("transaction", args, TransactionResult.from_wire)
+
+
+def configure(queue: str, options: Optional[QueueOptions] = None) -> Op[QueueOptions]:
+    opts = options if options is not None else QueueOptions()
+    return Op(
+        "configure",
+        {"queue": queue, "options": opts.to_wire()},
+        lambda r: QueueOptions.from_wire(r.get("options") or {}),
+    )
+
+
+def queues() -> Op[List[QueueInfo]]:
+    return Op("queues", {}, lambda r: [QueueInfo.from_wire(q) for q in r.get("queues") or []])
+
+
+def stats(queue: str) -> Op[StatsResult]:
+    return Op("stats", {"queue": queue}, StatsResult.from_wire)
+
+
+def groups(queue: Optional[str] = None) -> Op[List[GroupInfo]]:
+    args: Dict[str, Any] = {} if queue is None else {"queue": queue}
+    return Op("groups", args, lambda r: [GroupInfo.from_wire(g) for g in r.get("groups") or []])
+
+
+def seek(queue: str, group: str, to: SeekTarget, partition: Optional[str] = None) -> Op[List[CursorPosition]]:
+    args: Dict[str, Any] = {"queue": queue, "group": group}
+    if partition is not None:
+        args["partition"] = partition
+    args["to"] = to if to in ("beginning", "end") else time_arg(to)
+    return Op("seek", args, lambda r: [CursorPosition.from_wire(c) for c in r.get("cursors") or []])
+
+
+def delete_group(queue: str, group: str) -> Op[bool]:
+    return Op("deleteGroup", {"queue": queue, "group": group}, lambda r: bool(r.get("deleted", False)))
+
+
+def dlq(
+    queue: str,
+    *,
+    group: Optional[str] = None,
+    partition: Optional[str] = None,
+    limit: Optional[int] = None,
+    after_id: Optional[int] = None,
+) -> Op[DLQPage]:
+    args: Dict[str, Any] = {"queue": queue}
+    if group is not None:
+        args["group"] = group
+    if partition is not None:
+        args["partition"] = partition
+    if limit is not None:
+        args["limit"] = limit
+    if after_id is not None:
+        args["afterId"] = after_id
+    return Op("dlq", args, DLQPage.from_wire)
+
+
+def dlq_replay(ids: Iterable[int]) -> Op[List[DLQReplayResult]]:
+    return Op("dlqReplay", {"ids": list(ids)}, lambda r: [DLQReplayResult.from_wire(x) for x in r.get("results") or []])
+
+
+def health() -> Op[HealthResult]:
+    return Op("health", {}, HealthResult.from_wire)

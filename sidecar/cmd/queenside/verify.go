@@ -1,0 +1,86 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"github.com/queenside/queenside/sidecar/verify"
+)
+
+// verifyCommand maps flags onto verify.Config; the defaults are the
+// package's, so flags and library cannot drift apart.
+func verifyCommand() *cli.Command {
+	d := verify.DefaultConfig()
+	return &cli.Command{
+		Name:  "verify",
+		Usage: "check exactly-once, in-order delivery through a pipeline of queues while sidecars and PostgreSQL are killed; starts its own PostgreSQL and sidecars",
+		Flags: append([]cli.Flag{
+			&cli.IntFlag{Name: "sidecars", Value: d.Sidecars, Usage: "sidecar processes on the one database"},
+			&cli.IntFlag{Name: "stages", Value: d.Stages, Usage: "stages between the loader and the checker (queues: stages + 1)"},
+			&cli.IntFlag{Name: "partitions", Value: d.Partitions, Usage: "partitions of every queue"},
+			&cli.IntFlag{Name: "rate", Value: d.Rate, Usage: "events per second the loader pushes"},
+			&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "how long the loader pushes (then the pipeline drains)"},
+			&cli.IntFlag{Name: "consumers", Value: d.Consumers, Usage: "parallel consumers of each stage and of the checker"},
+			&cli.IntFlag{Name: "lease-seconds", Value: d.LeaseSeconds, Usage: "lease of every pop"},
+			&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the fault targets (0: a new one, reported)"},
+			&cli.StringFlag{Name: "out", Value: d.Out, Usage: "write the report as JSON here (empty: none)"},
+			&cli.IntFlag{Name: "sidecar-kills", Value: d.SidecarKills, Usage: "SIGKILLs of a random sidecar, each restarted on its spool"},
+			&cli.IntFlag{Name: "sidecar-terms", Value: d.SidecarTerms, Usage: "SIGTERMs (drains) of a random sidecar, each restarted"},
+			&cli.IntFlag{Name: "pg-restarts", Value: d.PGRestarts, Usage: "immediate stops of PostgreSQL, each restarted after --pg-down"},
+			&cli.IntFlag{Name: "consumer-kills", Value: d.ConsumerKills, Usage: "consumers that die mid-batch without acking"},
+			&cli.IntFlag{Name: "lease-expiries", Value: d.LeaseExpiries, Usage: "consumers that commit only after their leases expired"},
+			&cli.StringFlag{Name: "faults", Usage: "explicit fault schedule instead of the counts, e.g. sidecar-kill@90s,pg-restart@3m"},
+			&cli.DurationFlag{Name: "pg-down", Value: d.PGDown, Usage: "how long PostgreSQL stays down"},
+			&cli.DurationFlag{Name: "sidecar-down", Value: d.SidecarDown, Usage: "how long a stopped sidecar stays down"},
+			&cli.IntFlag{Name: "outage-kills", Value: d.OutageKills, Usage: "SIGKILLs inside each PostgreSQL outage: 1 while it is down, 2 also as it comes back (during replay)"},
+			&cli.IntFlag{Name: "pop-batch", Value: d.PopBatch, Usage: "messages per pop"},
+			&cli.IntFlag{Name: "pop-partitions", Value: d.PopPartitions, Usage: "partitions per pop"},
+			&cli.IntFlag{Name: "wait-ms", Value: d.WaitMs, Usage: "long-poll wait of a pop"},
+			&cli.DurationFlag{Name: "drain-timeout", Value: d.DrainTimeout, Usage: "how long the pipeline may take to drain after the loader is done"},
+			&cli.DurationFlag{Name: "interval", Value: d.Interval, Usage: "width of the progress lines and throughput buckets"},
+			&cli.StringFlag{Name: "sidecar-binary", Usage: "binary to run as the sidecars (default: this one)"},
+			&cli.BoolFlag{Name: "keep-files", Usage: "keep PostgreSQL, spools and sidecar logs even when the run passes"},
+		}, logFlags()...),
+		Action: runVerify,
+	}
+}
+
+func runVerify(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	cfg := verify.Config{
+		Sidecars:      c.Int("sidecars"),
+		Stages:        c.Int("stages"),
+		Partitions:    c.Int("partitions"),
+		Rate:          c.Int("rate"),
+		Duration:      c.Duration("duration"),
+		Consumers:     c.Int("consumers"),
+		LeaseSeconds:  c.Int("lease-seconds"),
+		Seed:          c.Int64("seed"),
+		Out:           c.String("out"),
+		SidecarKills:  c.Int("sidecar-kills"),
+		SidecarTerms:  c.Int("sidecar-terms"),
+		PGRestarts:    c.Int("pg-restarts"),
+		ConsumerKills: c.Int("consumer-kills"),
+		LeaseExpiries: c.Int("lease-expiries"),
+		Faults:        c.String("faults"),
+		PGDown:        c.Duration("pg-down"),
+		SidecarDown:   c.Duration("sidecar-down"),
+		OutageKills:   c.Int("outage-kills"),
+		PopBatch:      c.Int("pop-batch"),
+		PopPartitions: c.Int("pop-partitions"),
+		WaitMs:        c.Int("wait-ms"),
+		DrainTimeout:  c.Duration("drain-timeout"),
+		Interval:      c.Duration("interval"),
+		SidecarBinary: c.String("sidecar-binary"),
+		KeepFiles:     c.Bool("keep-files"),
+		Logger:        log,
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	if _, err := verify.Run(ctx, cfg); err != nil {
+		return exitError("verify: %v", err)
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package janitor
+
+import (
+	"testing"
+	"time"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
+)
+
+// The hashes are found again from the transaction ids: SQL must hash them
+// exactly as the sidecar does.
+func TestTransactionHashMatchesTheSidecars(t *testing.T) {
+	f := newFixture(t, protocol.DefaultQueueOptions())
+	for _, id := range []string{"", "order-1001", "héllo wörld", "01a22b04-6894-7d65-aa75-63f679ffff4b"} {
+		var got [16]byte
+		if err := f.pool.QueryRow(f.ctx, "SELECT queenside.transaction_hash($1)", id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want := store.TransactionHash(id); got != want {
+			t.Errorf("transaction_hash(%q) = %x, want %x", id, got, want)
+		}
+	}
+}
+
+// A message consumed and deleted after a few seconds keeps its hash for the
+// queue's window: a repeat is still a duplicate of it. Once the hash is
+// purged, a repeat is a new message.
+//
+// The horizon of a hash is never under 900 s, so the test backdates commit
+// times with SQL instead of waiting.
+func TestAHashOutlivesItsMessage(t *testing.T) {
+	f := newFixture(t, options(func(o *protocol.QueueOptions) {
+		o.CompletedRetentionSeconds = 1
+		o.DedupWindowSeconds = 3600
+	}))
+	f.pop("g", "", 1, true)
+	first := f.pushID("p", "order-1")
+	f.pop("g", "", 10, true)
+	f.backdate(10 * time.Second)
+	if r := f.round(); r.Segments != 1 || r.Orphaned != 1 || r.OrphanHashes != 0 {
+		t.Fatalf("round: %+v; want the consumed segment deleted, its hash kept", r)
+	}
+	if got := f.retained("p"); len(got) != 0 {
+		t.Fatalf("retained %v", got)
+	}
+	again := f.pushID("p", "order-1")
+	if !again.Duplicate || again.Offset != 0 || again.MessageID != first.MessageID {
+		t.Fatalf("a repeat inside the window, its message deleted: %+v; want a duplicate of %+v", again, first)
+	}
+	// Past the 900 s floor, still inside the window of an hour: kept.
+	f.backdate(20 * time.Minute)
+	if r := f.round(); r.OrphanHashes != 0 || f.dedupRows() != 1 {
+		t.Fatalf("round inside the window: %+v, %d hashes", r, f.dedupRows())
+	}
+	if again := f.pushID("p", "order-1"); !again.Duplicate {
+		t.Fatalf("a repeat 20 minutes later: %+v, want a duplicate", again)
+	}
+	// Past the window: purged, and a repeat is a new message.
+	f.backdate(time.Hour)
+	if r := f.round(); r.OrphanHashes != 1 {
+		t.Fatalf("round past the window: %+v; want its hash purged", r)
+	}
+	if n, o := f.dedupRows(), f.count("SELECT count(*) FROM queenside.orphan_hashes"); n != 0 || o != 0 {
+		t.Fatalf("%d hashes and %d kept segments' hashes remain", n, o)
+	}
+	if fresh := f.pushID("p", "order-1"); fresh.Duplicate || fresh.Offset != 1 {
+		t.Fatalf("a repeat after the purge: %+v; want a new message at 1", fresh)
+	}
+}
+
+// The hashes of messages still retained are purged too, at the same horizon.
+func TestHashesOfRetainedMessagesArePurged(t *testing.T) {
+	f := newFixture(t, options(func(o *protocol.QueueOptions) {
+		o.CompletedRetentionSeconds = 60
+		o.DedupWindowSeconds = 60
+	}))
+	f.push("p", "kept", 4) // no group: the messages stay
+	f.backdate(10 * time.Minute)
+	if r := f.round(); r.DedupHashes != 0 || f.dedupRows() != 4 {
+		t.Fatalf("hashes purged before the 900 s floor: %+v, %d left", r, f.dedupRows())
+	}
+	f.backdate(10 * time.Minute)
+	if r := f.round(); r.DedupHashes != 4 || r.Segments != 0 {
+		t.Fatalf("round past the floor: %+v; want 4 hashes purged and the messages kept", r)
+	}
+	if n, got := f.dedupRows(), f.retained("p"); n != 0 || len(got) != 1 {
+		t.Fatalf("%d hashes left, retained %v", n, got)
+	}
+	// The mark moved past the segment: another round reads nothing again.
+	if mark := f.count("SELECT purged_to FROM queenside.dedup_marks"); mark != 4 {
+		t.Fatalf("dedup mark %d, want 4", mark)
+	}
+	if r := f.round(); r.DedupHashes != 0 || r.Batches != 3 {
+		t.Fatalf("a round with nothing due: %+v", r)
+	}
+}
+
+// A hash taken over by a later message with the same transaction id (after
+// the window) belongs to that message: it is kept for the later one's own
+// horizon even when the earlier message's comes.
+func TestAHashTakenOverIsKeptForTheLaterMessage(t *testing.T) {
+	f := newFixture(t, options(func(o *protocol.QueueOptions) {
+		o.CompletedRetentionSeconds = 60
+		o.DedupWindowSeconds = 60
+	}))
+	f.pushID("p", "twice")
+	f.backdate(2 * time.Hour)
+	if later := f.pushID("p", "twice"); later.Duplicate || later.Offset != 1 {
+		t.Fatalf("a repeat past the window: %+v", later)
+	}
+	if r := f.round(); r.DedupHashes != 0 {
+		t.Fatalf("round: %+v; the hash is the later message's", r)
+	}
+	if off := f.count("SELECT msg_offset FROM queenside.dedup"); off != 1 || f.dedupRows() != 1 {
+		t.Fatalf("the hash names offset %d (%d rows), want the later message's", off, f.dedupRows())
+	}
+}
+
+// A hash lives max(dedup_window_seconds, completed_retention_seconds, 900 s).
+func TestHashHorizon(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		window, completed int
+		age               time.Duration
+		purged            bool
+	}{
+		{"the floor", 60, 60, 899 * time.Second, false},
+		{"past the floor", 60, 60, 901 * time.Second, true},
+		{"the window", 7200, 60, 7190 * time.Second, false},
+		{"past the window", 7200, 60, 7210 * time.Second, true},
+		{"completed retention", 60, 7200, 7190 * time.Second, false},
+		{"past completed retention", 60, 7200, 7210 * time.Second, true},
+		{"dedup off", 0, 60, 901 * time.Second, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, options(func(o *protocol.QueueOptions) {
+				o.DedupWindowSeconds = c.window
+				o.CompletedRetentionSeconds = c.completed
+			}))
+			f.pushID("p", "x")
+			f.backdate(c.age)
+			f.round()
+			if purged := f.dedupRows() == 0; purged != c.purged {
+				t.Fatalf("aged %v with window %d s and completed retention %d s: purged %v, want %v",
+					c.age, c.window, c.completed, purged, c.purged)
+			}
+		})
+	}
+}

@@ -1,0 +1,43 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
+)
+
+// opTransaction commits acks and pushes together, or nothing. It is never
+// spooled: its point is atomicity with the acks, which only PostgreSQL can
+// give, so while the database is unreachable it fails with unavailable.
+func (s *Server) opTransaction(ctx context.Context, raw []byte) (any, error) {
+	args, err := protocol.DecodeTransactionArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]store.Message, len(args.Pushes))
+	for i := range args.Pushes {
+		if msgs[i], err = newMessage(&args.Pushes[i]); err != nil {
+			return nil, protocol.Errorf(protocol.CodeInternal, "%v", err)
+		}
+	}
+	ackRes, outcomes, err := s.store.Transaction(ctx, args.Acks, msgs)
+	var conflict *store.ConflictError
+	if errors.As(err, &conflict) {
+		e := protocol.Errorf(protocol.CodeConflict, "%v", conflict)
+		e.Details = map[string]any{"acks": conflict.Acks}
+		return nil, e
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := protocol.TransactionResult{Acks: ackRes.Results, Pushes: make([]protocol.PushResult, len(msgs))}
+	positions := make([]int, len(msgs))
+	for i, m := range msgs {
+		positions[i] = i
+		res.Pushes[i] = protocol.PushResult{Index: i, Queue: m.Queue, Partition: m.Partition, TransactionID: m.TransactionID}
+	}
+	fillOutcomes(res.Pushes, positions, outcomes)
+	return res, nil
+}

@@ -1,0 +1,147 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The janitor's database side: its advisory lock, and the retention
+// functions of schema/migrations/0003_retention.sql, one bounded batch per
+// call and per transaction.
+
+// retentionLockKey is the advisory lock that lets one janitor at a time
+// work on a database ("qs-ret" in ASCII). Distinct from migrations' key.
+const retentionLockKey int64 = 0x71732d726574
+
+// Settings of the janitor's connection while it holds the lock. A batch is
+// bounded, so a statement running longer is stuck and better cancelled;
+// a dedup row locked by a push re-using an old transaction id is waited
+// for briefly, then left to the next round.
+const (
+	retentionStatementTimeout = 30 * time.Second
+	retentionLockTimeout      = 2 * time.Second
+)
+
+// RetentionSession is a connection holding the janitors' advisory lock.
+type RetentionSession struct {
+	conn *pgxpool.Conn
+}
+
+// Budget bounds one batch: about so many segments or messages (at least
+// one segment of a partition with any due).
+type Budget struct {
+	Segments int
+	Messages int
+}
+
+// ExpireBatch is what one call of expire_segments deleted. Next is the
+// partition to go on from; nil when every partition was seen.
+type ExpireBatch struct {
+	Next     *int64
+	Segments int64
+	Messages int64
+	Orphaned int64 // segments whose hashes were saved to outlive them
+}
+
+// DedupBatch is what one call of purge_dedup did: the segments and
+// messages it read and the dedup rows it deleted.
+type DedupBatch struct {
+	Next     *int64
+	Segments int64
+	Messages int64
+	Hashes   int64
+}
+
+// OrphanBatch is what one call of purge_orphan_hashes did.
+type OrphanBatch struct {
+	Segments int64
+	Hashes   int64
+	More     bool
+}
+
+// LockRetention takes the janitors' advisory lock, without waiting, on a
+// connection of its own. ok is false, with no session, when another
+// janitor holds it.
+func (s *Store) LockRetention(ctx context.Context) (_ *RetentionSession, ok bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("retention: %w", err)
+	}
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", retentionLockKey).Scan(&locked); err != nil {
+		discard(conn)
+		return nil, false, fmt.Errorf("retention: take the lock: %w", err)
+	}
+	if !locked {
+		conn.Release()
+		return nil, false, nil
+	}
+	r := &RetentionSession{conn: conn}
+	_, err = conn.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d; SET lock_timeout = %d",
+		retentionStatementTimeout.Milliseconds(), retentionLockTimeout.Milliseconds()))
+	if err != nil {
+		r.Close()
+		return nil, false, fmt.Errorf("retention: set timeouts: %w", err)
+	}
+	return r, true, nil
+}
+
+// Close gives the lock and the connection back. A connection whose lock or
+// settings cannot be undone is closed, never returned to the pool: closing
+// it is what ends its lock then.
+func (r *RetentionSession) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	undo := fmt.Sprintf("RESET statement_timeout; RESET lock_timeout; SELECT pg_advisory_unlock(%d)", retentionLockKey)
+	if _, err := r.conn.Exec(ctx, undo); err != nil {
+		discard(r.conn)
+		return
+	}
+	r.conn.Release()
+}
+
+// discard closes a pooled connection so that the pool drops it.
+func discard(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn.Conn().Close(ctx) //nolint:errcheck // the pool drops a closed connection either way
+	conn.Release()
+}
+
+// ExpireSegments deletes the segments the retention rules allow, from
+// partition from on, within b.
+func (r *RetentionSession) ExpireSegments(ctx context.Context, from int64, b Budget) (ExpireBatch, error) {
+	var out ExpireBatch
+	err := r.conn.QueryRow(ctx, "SELECT next_from, segments, messages, orphaned FROM queenside.expire_segments($1, $2, $3)",
+		from, b.Segments, b.Messages).Scan(&out.Next, &out.Segments, &out.Messages, &out.Orphaned)
+	if err != nil {
+		return out, fmt.Errorf("expire segments: %w", err)
+	}
+	return out, nil
+}
+
+// PurgeDedup deletes the due dedup rows of retained messages, from
+// partition from on, within b.
+func (r *RetentionSession) PurgeDedup(ctx context.Context, from int64, b Budget) (DedupBatch, error) {
+	var out DedupBatch
+	err := r.conn.QueryRow(ctx, "SELECT next_from, segments, messages, hashes FROM queenside.purge_dedup($1, $2, $3)",
+		from, b.Segments, b.Messages).Scan(&out.Next, &out.Segments, &out.Messages, &out.Hashes)
+	if err != nil {
+		return out, fmt.Errorf("purge dedup: %w", err)
+	}
+	return out, nil
+}
+
+// PurgeOrphanHashes deletes the due dedup rows of deleted messages, within b.
+func (r *RetentionSession) PurgeOrphanHashes(ctx context.Context, b Budget) (OrphanBatch, error) {
+	var out OrphanBatch
+	err := r.conn.QueryRow(ctx, "SELECT segments, hashes, more FROM queenside.purge_orphan_hashes($1, $2)",
+		b.Segments, b.Messages).Scan(&out.Segments, &out.Hashes, &out.More)
+	if err != nil {
+		return out, fmt.Errorf("purge orphan hashes: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// querier is what the push and ack statements need: the pool, or a
+// transaction they are part of.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// ConflictError is a transaction that did not commit because an ack item
+// could not succeed; Acks says which, item by item.
+type ConflictError struct {
+	Acks []protocol.AckItemResult
+}
+
+func (e *ConflictError) Error() string {
+	failed := 0
+	for _, r := range e.Acks {
+		if !r.Success {
+			failed++
+		}
+	}
+	return fmt.Sprintf("%d of %d ack items could not succeed; nothing was committed", failed, len(e.Acks))
+}
+
+// Transaction commits acks and pushes in one PostgreSQL transaction, or
+// nothing: if any ack item cannot succeed, it returns a *ConflictError.
+// The pushes go first, so that partition rows are locked before cursor
+// rows, the order every push takes them in; the acks then cannot deadlock
+// with a push. The partitions are created (if new) before, on their own:
+// an empty partition is no effect of the transaction.
+func (s *Store) Transaction(ctx context.Context, acks []protocol.AckItem, msgs []Message) (protocol.AckResult, []Outcome, error) {
+	ackRes, outcomes, err := s.transaction(ctx, acks, msgs)
+	if isNoData(err) { // a cached partition is gone
+		s.parts.reset()
+		ackRes, outcomes, err = s.transaction(ctx, acks, msgs)
+	}
+	return ackRes, outcomes, err
+}
+
+func (s *Store) transaction(ctx context.Context, acks []protocol.AckItem, msgs []Message) (protocol.AckResult, []Outcome, error) {
+	ackRes := protocol.AckResult{Results: []protocol.AckItemResult{}, Leases: []protocol.LeaseState{}}
+	var call *pushCall
+	if len(msgs) > 0 {
+		var err error
+		if call, err = s.newPushCall(ctx, msgs); err != nil {
+			return ackRes, nil, err
+		}
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return ackRes, nil, fmt.Errorf("transaction: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	var outcomes []Outcome
+	if call != nil {
+		if outcomes, err = call.run(ctx, tx, msgs); err != nil {
+			return ackRes, nil, err
+		}
+	}
+	if len(acks) > 0 {
+		if ackRes, err = ackThrough(ctx, tx, acks); err != nil {
+			return ackRes, nil, err
+		}
+		for _, r := range ackRes.Results {
+			if !r.Success {
+				return ackRes, nil, &ConflictError{Acks: ackRes.Results}
+			}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return ackRes, nil, fmt.Errorf("transaction: commit: %w", err)
+	}
+	return ackRes, outcomes, nil
+}

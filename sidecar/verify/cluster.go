@@ -1,0 +1,144 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/sidecar/pgserver"
+)
+
+// verifyDatabase is the database created in the run's own server.
+const verifyDatabase = "queenside_verify"
+
+// cluster is what a run starts: PostgreSQL and the sidecars on it.
+type cluster struct {
+	log      hclog.Logger
+	tmp      string   // PostgreSQL's cluster, sockets, spools, sidecar logs
+	dirs     []string // removed at close: tmp, and where pgserver may have moved the cluster
+	pg       *pgserver.Server
+	dbURL    string
+	sidecars []*sidecar
+	version  string
+	pgDown   atomic.Bool // PostgreSQL is stopped on purpose
+}
+
+// startCluster starts PostgreSQL with its durable defaults and the
+// sidecars. On error it stops what it had started.
+func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster, err error) {
+	c = &cluster{log: log}
+	defer func() {
+		if err != nil {
+			c.close(false) //nolint:errcheck // the start-up error says more
+		}
+	}()
+	// Under /tmp and reachable by all: as root, PostgreSQL runs as the
+	// postgres user and must get into it (MkdirTemp makes it 0700).
+	if c.tmp, err = os.MkdirTemp("/tmp", "qsverify-"); err != nil {
+		return c, err
+	}
+	c.dirs = append(c.dirs, c.tmp)
+	if err = os.Chmod(c.tmp, 0o755); err != nil {
+		return c, err
+	}
+	log.Info("starting PostgreSQL", "dir", c.tmp)
+	c.pg, err = pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Logger: log.Named("postgres")})
+	if err != nil {
+		return c, fmt.Errorf("start PostgreSQL: %w", err)
+	}
+	if base := filepath.Dir(c.pg.DataDir()); base != filepath.Join(c.tmp, "pg") {
+		c.dirs = append(c.dirs, base) // pgserver's fallback for a directory postgres cannot reach
+	}
+	if err = createDatabase(ctx, c.pg.URL("postgres"), verifyDatabase); err != nil {
+		return c, err
+	}
+	c.dbURL = c.pg.URL(verifyDatabase)
+	for i := range cfg.Sidecars {
+		s, err := newSidecar(i, cfg.SidecarBinary, c.dbURL, c.tmp)
+		if err != nil {
+			return c, err
+		}
+		c.sidecars = append(c.sidecars, s)
+		// One at a time: the first applies the migrations.
+		if c.version, err = s.start(ctx, false); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// close stops the sidecars (a drain each) and then PostgreSQL, and removes
+// the temporary directory unless keep is set or stopping failed. It does
+// not depend on the run's context, so it also cleans up after a Ctrl-C.
+func (c *cluster) close(keep bool) error {
+	var errs []error
+	for _, s := range c.sidecars {
+		if s.up() {
+			if _, _, err := s.stop(context.Background(), syscall.SIGTERM); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", s, err))
+			}
+		}
+	}
+	if c.pg != nil {
+		c.log.Info("stopping PostgreSQL")
+		errs = append(errs, c.pg.Stop("fast"))
+	}
+	if keep || errors.Join(errs...) != nil {
+		return errors.Join(errs...)
+	}
+	for _, d := range c.dirs {
+		errs = append(errs, os.RemoveAll(d))
+	}
+	return errors.Join(errs...)
+}
+
+// healthyAll waits until every sidecar answers health ok, for up to wait.
+func (c *cluster) healthyAll(ctx context.Context, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for _, s := range c.sidecars {
+		for {
+			h, err := healthOnce(ctx, s.socket)
+			if err == nil && h.Status == "ok" {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s not healthy after %v", s, wait)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// spoolRecords samples every sidecar and returns the records waiting in
+// their spools.
+func (c *cluster) spoolRecords(ctx context.Context) int64 {
+	var n int64
+	for _, s := range c.sidecars {
+		s.sample(ctx) //nolint:errcheck // a sidecar that does not answer keeps its last sample
+		n += s.spool().Records
+	}
+	return n
+}

@@ -1,0 +1,98 @@
+package verify
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Conditions are the facts that decide whether two reports can be compared.
+type Conditions struct {
+	Cores          int               `json:"cores"` // processors listed in /proc/cpuinfo
+	CPUModel       string            `json:"cpuModel,omitempty"`
+	MemoryBytes    int64             `json:"memoryBytes"`
+	OS             string            `json:"os,omitempty"` // PRETTY_NAME of /etc/os-release
+	GoVersion      string            `json:"goVersion"`
+	OSArch         string            `json:"osArch"`
+	SidecarVersion string            `json:"sidecarVersion"`
+	Postgres       map[string]string `json:"postgres"` // server_version and the settings that decide durability
+}
+
+// postgresSettings are read from the server: what a commit costs and
+// whether it survives an immediate stop.
+var postgresSettings = []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_level", "shared_buffers", "max_connections"}
+
+func conditions(ctx context.Context, cl *cluster) Conditions {
+	c := Conditions{GoVersion: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
+		SidecarVersion: cl.version, Postgres: map[string]string{}}
+	c.Cores, c.CPUModel = cpuInfo()
+	c.MemoryBytes = memTotal()
+	c.OS = osRelease()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(ctx, cl.dbURL); err == nil {
+		defer conn.Close(context.Background())
+		for _, name := range postgresSettings {
+			var v string
+			if conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v) == nil {
+				c.Postgres[name] = v
+			}
+		}
+	}
+	return c
+}
+
+func cpuInfo() (cores int, model string) {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.NumCPU(), ""
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "processor":
+			cores++
+		case "model name":
+			model = strings.TrimSpace(v)
+		}
+	}
+	return cores, model
+}
+
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func osRelease() string {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
+}

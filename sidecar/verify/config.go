@@ -1,0 +1,135 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config is everything a run is told. The JSON names are the command's flag
+// names, so the report records exactly the flags a run had.
+type Config struct {
+	Sidecars   int           `json:"sidecars"`
+	Stages     int           `json:"stages"`
+	Partitions int           `json:"partitions"`
+	Rate       int           `json:"rate"` // events per second pushed by the loader, over all partitions
+	Duration   time.Duration `json:"duration"`
+	// Consumers is the number of parallel consumers of each stage, and of
+	// the checker.
+	Consumers    int    `json:"consumers"`
+	LeaseSeconds int    `json:"lease-seconds"`
+	Seed         int64  `json:"seed"` // picks the fault targets; 0 picks a seed and reports it
+	Out          string `json:"out"`  // where the JSON report goes; "" writes none
+
+	// Fault counts, spread over the run; Faults, when set, replaces them
+	// with an explicit schedule ("sidecar-kill@60s,pg-restart@2m,...").
+	SidecarKills  int    `json:"sidecar-kills"`
+	SidecarTerms  int    `json:"sidecar-terms"`
+	PGRestarts    int    `json:"pg-restarts"`
+	ConsumerKills int    `json:"consumer-kills"`
+	LeaseExpiries int    `json:"lease-expiries"`
+	Faults        string `json:"faults"`
+	// PGDown is how long PostgreSQL stays stopped; SidecarDown how long a
+	// stopped sidecar stays down before it is started again.
+	PGDown      time.Duration `json:"pg-down"`
+	SidecarDown time.Duration `json:"sidecar-down"`
+	// OutageKills adds SIGKILLs inside every PostgreSQL outage, where a
+	// sidecar's spool holds records: with 1, a sidecar is killed while
+	// PostgreSQL is down and started again before it returns; with 2,
+	// another is also killed as soon as PostgreSQL is back, while the
+	// spools replay. Either must come back and replay what it had spooled.
+	OutageKills int `json:"outage-kills"`
+
+	PopBatch      int `json:"pop-batch"`      // messages per pop
+	PopPartitions int `json:"pop-partitions"` // partitions per pop
+	WaitMs        int `json:"wait-ms"`        // long-poll wait of a pop
+
+	// DrainTimeout bounds the wait, after the loader is done, for every
+	// event to reach the checker.
+	DrainTimeout time.Duration `json:"drain-timeout"`
+	// Interval is the width of the throughput-over-time buckets and of the
+	// progress lines.
+	Interval time.Duration `json:"interval"`
+
+	// SidecarBinary is executed as `serve`; "" means this program.
+	SidecarBinary string `json:"sidecar-binary"`
+	// KeepFiles keeps the temporary directory (PostgreSQL, spools, sidecar
+	// logs) even after a run that passed; a failed run always keeps it.
+	KeepFiles bool `json:"keep-files"`
+
+	// Output receives progress lines and the report; nil means os.Stdout.
+	Output io.Writer `json:"-"`
+	// Logger receives what PostgreSQL start-up and shutdown report; nil
+	// discards it.
+	Logger hclog.Logger `json:"-"`
+}
+
+// DefaultConfig is what `make verify` runs: the stated target.
+func DefaultConfig() Config {
+	return Config{
+		Sidecars:      3,
+		Stages:        4,
+		Partitions:    1000,
+		Rate:          2000,
+		Duration:      600 * time.Second,
+		Consumers:     2,
+		LeaseSeconds:  10,
+		Out:           "verify.json",
+		SidecarKills:  3,
+		SidecarTerms:  1,
+		PGRestarts:    2,
+		ConsumerKills: 2,
+		LeaseExpiries: 2,
+		PGDown:        10 * time.Second,
+		SidecarDown:   2 * time.Second,
+		OutageKills:   2,
+		PopBatch:      1000,
+		PopPartitions: 50,
+		WaitMs:        1000,
+		DrainTimeout:  5 * time.Minute,
+		Interval:      10 * time.Second,
+	}
+}
+
+// dedupWindowSeconds is the deduplication window of every queue of the run.
+const dedupWindowSeconds = 300
+
+// Events is the number of events the loader pushes.
+func (c Config) Events() int64 {
+	return int64(float64(c.Rate) * c.Duration.Seconds())
+}
+
+// Validate reports settings a run cannot work with.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.Sidecars >= 1, "--sidecars %d: want at least 1", c.Sidecars)
+	check(c.Stages >= 1, "--stages %d: want at least 1", c.Stages)
+	check(c.Partitions >= 1 && c.Partitions <= 100_000, "--partitions %d: want 1..100000", c.Partitions)
+	check(c.Rate >= 1, "--rate %d: want at least 1 event/s", c.Rate)
+	check(c.Duration >= time.Second, "--duration %v: want at least 1s", c.Duration)
+	check(c.Events() >= 1, "--rate × --duration must make at least one event")
+	check(c.Consumers >= 1, "--consumers %d: want at least 1", c.Consumers)
+	check(c.LeaseSeconds >= 1 && c.LeaseSeconds <= 3600, "--lease-seconds %d: want 1..3600", c.LeaseSeconds)
+	check(c.SidecarKills >= 0 && c.SidecarTerms >= 0 && c.PGRestarts >= 0 && c.ConsumerKills >= 0 && c.LeaseExpiries >= 0,
+		"fault counts must not be negative")
+	check(c.PGDown >= 0 && c.SidecarDown >= 0, "--pg-down and --sidecar-down must not be negative")
+	check(c.OutageKills >= 0 && c.OutageKills <= 2, "--outage-kills %d: want 0, 1 or 2", c.OutageKills)
+	check(c.OutageKills == 0 || c.PGDown > c.SidecarDown, "--outage-kills needs --pg-down longer than --sidecar-down")
+	check(c.PopBatch >= 1 && c.PopBatch <= 10_000, "--pop-batch %d: want 1..10000", c.PopBatch)
+	check(c.PopPartitions >= 1 && c.PopPartitions <= 100, "--pop-partitions %d: want 1..100", c.PopPartitions)
+	check(c.WaitMs >= 0 && c.WaitMs <= 60_000, "--wait-ms %d: want 0..60000", c.WaitMs)
+	check(c.DrainTimeout > 0, "--drain-timeout must be positive")
+	check(c.Interval >= 100*time.Millisecond, "--interval %v: want at least 100ms", c.Interval)
+	if _, err := c.schedule(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

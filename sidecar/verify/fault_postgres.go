@@ -1,0 +1,54 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// restartPostgres stops PostgreSQL as a crash would and starts it again
+// after --pg-down, then waits for the sidecars to replay their spools. With
+// --outage-kills it also kills sidecars whose spools hold records: one
+// while PostgreSQL is down, one as soon as it is back.
+func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
+	r.Target = "PostgreSQL"
+	buffered := in.loader.stats.get("buffered")
+	stopped := time.Now()
+	in.cl.pgDown.Store(true)
+	if err := in.cl.pg.Stop("immediate"); err != nil {
+		return err
+	}
+	if in.cfg.OutageKills >= 1 && sleep(ctx, (in.cfg.PGDown-in.cfg.SidecarDown)/3) {
+		in.outageKill(ctx, "while PostgreSQL is down", true)
+	}
+	if !sleep(ctx, time.Until(stopped.Add(in.cfg.PGDown))) {
+		in.cl.pg.Restart(context.Background()) //nolint:errcheck // the run is ending; closing reports it
+		return ctx.Err()
+	}
+	began := time.Now()
+	if err := in.cl.pg.Restart(ctx); err != nil {
+		return err
+	}
+	in.cl.pgDown.Store(false)
+	up := time.Since(began)
+	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, down %.1f s, %d pushes buffered meanwhile; accepting connections %.1f s after restart",
+		began.Sub(stopped).Seconds(), in.loader.stats.get("buffered")-buffered, up.Seconds())
+	if in.cfg.OutageKills >= 2 {
+		in.outageKill(ctx, "as PostgreSQL came back", false)
+	}
+	if err := in.cl.healthyAll(ctx, recoveryTimeout); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(recoveryTimeout)
+	for in.cl.spoolRecords(ctx) > 0 {
+		if time.Now().After(deadline) {
+			return errors.New("the spools were not replayed in time")
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	r.Detail += fmt.Sprintf(", spools empty %.1f s after restart", time.Since(began).Seconds())
+	return nil
+}

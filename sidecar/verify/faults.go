@@ -1,0 +1,150 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// How long the injector waits for what a fault needs.
+const (
+	orderTakeTimeout = 60 * time.Second  // a consumer to pop something and take the order
+	recoveryTimeout  = 120 * time.Second // sidecars healthy and spools replayed after PostgreSQL returns
+)
+
+// FaultRecord is one injected fault, as the report gives it.
+type FaultRecord struct {
+	Kind      FaultKind `json:"kind"`
+	PlannedAt float64   `json:"plannedAtSeconds"`
+	StartedAt float64   `json:"startedAtSeconds"`
+	Took      float64   `json:"tookSeconds"` // until the target serves again (consumer faults: until taken)
+	Target    string    `json:"target"`
+	Detail    string    `json:"detail"`
+	Outcome   string    `json:"outcome,omitempty"` // consumer faults: what became of the messages
+	Error     string    `json:"error,omitempty"`   // the fault could not be carried out as planned
+
+	order *order
+}
+
+// injector carries out the schedule, one fault at a time: a fault due while
+// the previous one is still running (a sidecar starting, spools replaying)
+// waits for it.
+type injector struct {
+	cfg    Config
+	cl     *cluster
+	groups []*group
+	loader *loader
+	rng    *rand.Rand
+	start  time.Time
+	out    io.Writer
+
+	mu      sync.Mutex
+	records []*FaultRecord
+}
+
+func (in *injector) run(ctx context.Context, plan []plannedFault) {
+	for _, f := range plan {
+		if !sleep(ctx, time.Until(in.start.Add(f.At))) {
+			return
+		}
+		r := &FaultRecord{Kind: f.Kind, PlannedAt: f.At.Seconds(), StartedAt: time.Since(in.start).Seconds()}
+		began := time.Now()
+		err := in.inject(ctx, r)
+		r.Took = time.Since(began).Seconds()
+		if err != nil {
+			r.Error = err.Error()
+		}
+		in.record(r)
+	}
+}
+
+func errSuffix(e string) string {
+	if e == "" {
+		return ""
+	}
+	return " (ERROR: " + e + ")"
+}
+
+func (in *injector) inject(ctx context.Context, r *FaultRecord) error {
+	switch r.Kind {
+	case FaultSidecarKill:
+		return in.restartSidecar(ctx, r, syscall.SIGKILL)
+	case FaultSidecarTerm:
+		return in.restartSidecar(ctx, r, syscall.SIGTERM)
+	case FaultPGRestart:
+		return in.restartPostgres(ctx, r)
+	case FaultConsumerKill, FaultLeaseExpiry:
+		return in.orderConsumer(ctx, r)
+	}
+	return fmt.Errorf("unknown fault %q", r.Kind)
+}
+
+func (in *injector) record(r *FaultRecord) {
+	in.mu.Lock()
+	in.records = append(in.records, r)
+	in.mu.Unlock()
+	fmt.Fprintf(in.out, "%7.1fs  fault  %-14s %s: %s%s\n", r.StartedAt, r.Kind, r.Target, r.Detail, errSuffix(r.Error))
+}
+
+// orderConsumer hands a consumer fault to a random group (a stage or the
+// checker) and waits until one of its consumers takes it.
+func (in *injector) orderConsumer(ctx context.Context, r *FaultRecord) error {
+	g := in.groups[in.rng.IntN(len(in.groups))]
+	o := newOrder(r.Kind)
+	r.order = o
+	r.Target = g.label
+	timeout := time.After(orderTakeTimeout)
+	select {
+	case g.orders <- o:
+	case <-timeout:
+		return fmt.Errorf("no consumer of %s took the order", g.label)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-o.taken:
+	case <-timeout:
+		return fmt.Errorf("no consumer of %s popped anything to carry the order out on", g.label)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	o.mu.Lock()
+	r.Target = o.victim
+	r.Detail = fmt.Sprintf("took %d messages of %d leases", o.messages, o.leases)
+	o.mu.Unlock()
+	if r.Kind == FaultConsumerKill {
+		r.Detail += " and died without acking or releasing them"
+	} else {
+		r.Detail += fmt.Sprintf(" and holds them past their %d s leases before committing", in.cfg.LeaseSeconds)
+	}
+	return nil
+}
+
+// snapshot returns the records so far, in the order they started.
+func (in *injector) snapshot() []*FaultRecord {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := append([]*FaultRecord(nil), in.records...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].StartedAt < out[j].StartedAt })
+	return out
+}
+
+// ordersDone reports whether every consumer fault has been carried out.
+func (in *injector) ordersDone() bool {
+	for _, r := range in.snapshot() {
+		if r.order == nil || r.Error != "" {
+			continue
+		}
+		select {
+		case <-r.order.done:
+		default:
+			return false
+		}
+	}
+	return true
+}

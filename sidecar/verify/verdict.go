@@ -1,0 +1,64 @@
+package verify
+
+import "fmt"
+
+// passed is the verdict: no violation, no unexpected error, every fault
+// carried out, drained, and not interrupted.
+func passed(rep *Report, interrupted bool) bool {
+	return !interrupted && rep.Drained && len(rep.Violations) == 0 && rep.Unexpected == 0 && faultErrors(rep) == 0
+}
+
+func faultErrors(rep *Report) int {
+	n := 0
+	for _, f := range rep.Faults {
+		if f.Error != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// failureSummary is the error a failed run returns.
+func failureSummary(rep *Report) string {
+	var parts []string
+	if v := len(rep.Violations); v > 0 {
+		parts = append(parts, fmt.Sprintf("%d violations (%d duplicates, %d gaps, %d order violations)",
+			totalViolations(rep), rep.Duplicates, rep.Gaps, rep.OrderViolations))
+	}
+	if rep.Unexpected > 0 {
+		parts = append(parts, fmt.Sprintf("%d unexpected errors", rep.Unexpected))
+	}
+	if n := faultErrors(rep); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d faults not carried out as planned", n))
+	}
+	if !rep.Drained {
+		parts = append(parts, "the pipeline did not drain")
+	}
+	if len(parts) == 0 {
+		return "verification failed"
+	}
+	return "verification failed: " + joinAnd(parts)
+}
+
+func totalViolations(rep *Report) int64 {
+	var n int64
+	for _, c := range rep.ViolationCounts {
+		n += c
+	}
+	return n
+}
+
+func joinAnd(parts []string) string {
+	s := ""
+	for i, p := range parts {
+		switch {
+		case i == 0:
+		case i == len(parts)-1:
+			s += " and "
+		default:
+			s += ", "
+		}
+		s += p
+	}
+	return s
+}

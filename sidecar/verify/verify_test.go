@@ -1,0 +1,101 @@
+package verify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// buildSidecar builds the real binary the run starts as its sidecars.
+func buildSidecar(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "queenside")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/queenside").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestVerifyWithFaults is `make verify` in 30 seconds: three sidecars and
+// four stages on a PostgreSQL of its own, with one fault of each kind, and
+// it must end with every event through every stage exactly once and in
+// order.
+func TestVerifyWithFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 30-second run with real processes")
+	}
+	cfg := DefaultConfig()
+	cfg.SidecarBinary = buildSidecar(t)
+	cfg.Partitions = 20
+	cfg.Rate = 100
+	cfg.Duration = 30 * time.Second
+	cfg.LeaseSeconds = 4
+	cfg.Faults = "sidecar-kill@4s,pg-restart@8s,sidecar-term@15s,consumer-kill@19s,lease-expiry@23s"
+	cfg.PGDown = 3 * time.Second
+	cfg.SidecarDown = time.Second
+	cfg.DrainTimeout = time.Minute
+	cfg.Interval = 5 * time.Second
+	cfg.Seed = 1
+	cfg.Out = filepath.Join(t.TempDir(), "verify.json")
+	var out bytes.Buffer
+	cfg.Output = &out
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !rep.Passed || rep.Duplicates != 0 || rep.Gaps != 0 || rep.OrderViolations != 0 {
+		t.Fatalf("passed %v: %d duplicates, %d gaps, %d order violations", rep.Passed, rep.Duplicates, rep.Gaps, rep.OrderViolations)
+	}
+	for _, q := range rep.Queues {
+		if q.Verified != cfg.Events() || q.Events != cfg.Events() {
+			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, cfg.Events())
+		}
+	}
+	// One of each kind, and the outage's own kills: one while PostgreSQL
+	// is down, one as it comes back.
+	for _, k := range FaultKinds() {
+		want := 1
+		if k == FaultSidecarKill {
+			want = 1 + cfg.OutageKills
+		}
+		if rep.FaultCounts[k] != want {
+			t.Errorf("%d %s injected, want %d", rep.FaultCounts[k], k, want)
+		}
+	}
+	// The outage must have sent pushes to the spools, and they came back.
+	if rep.Spool.LoaderBuffered == 0 || rep.Spool.Replayed < rep.Spool.LoaderBuffered {
+		t.Errorf("spool: %d buffered answers, %d replayed", rep.Spool.LoaderBuffered, rep.Spool.Replayed)
+	}
+	// The consumer faults abandoned messages, which came again.
+	if rep.Redeliveries == 0 {
+		t.Error("no redelivery observed")
+	}
+	if rep.Latency == nil || rep.Latency.Count != cfg.Events() {
+		t.Errorf("latency %+v", rep.Latency)
+	}
+
+	raw, err := os.ReadFile(cfg.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Passed bool             `json:"passed"`
+		Flags  map[string]any   `json:"flags"`
+		Queues []map[string]any `json:"queues"`
+	}
+	if err := json.Unmarshal(raw, &parsed); err != nil {
+		t.Fatalf("the JSON report does not parse: %v", err)
+	}
+	if !parsed.Passed || len(parsed.Queues) != cfg.Stages+1 || parsed.Flags["faults"] != cfg.Faults {
+		t.Errorf("JSON report: passed %v, %d queues, flags %v", parsed.Passed, len(parsed.Queues), parsed.Flags)
+	}
+}
