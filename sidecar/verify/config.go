@@ -21,7 +21,7 @@ type Config struct {
 	// the checker.
 	Consumers    int    `json:"consumers"`
 	LeaseSeconds int    `json:"lease-seconds"`
-	Seed         int64  `json:"seed"` // picks the fault targets; 0 picks a seed and reports it
+	Seed         int64  `json:"seed"` // seeds the random choices (fault targets, sidecars picked); 0 picks one and reports it
 	Out          string `json:"out"`  // where the JSON report goes; "" writes none
 
 	// Fault counts, spread over the run; Faults, when set, replaces them

@@ -43,6 +43,8 @@ func (c *consumer) retryPause(ctx context.Context, b *backoff, giveUp time.Time)
 	return c.client != nil || c.connect(ctx)
 }
 
+// earliestExpiry is when the first lease of a pop lapses: after it, a commit
+// of the whole pop can only be refused, so retrying it is pointless.
 func earliestExpiry(res queenside.PopResult) time.Time {
 	var t time.Time
 	for _, l := range res.Leases {
@@ -56,6 +58,7 @@ func earliestExpiry(res queenside.PopResult) time.Time {
 	return t
 }
 
+// latestExpiry is when the last lease of a pop lapses.
 func latestExpiry(res queenside.PopResult) time.Time {
 	var t time.Time
 	for _, l := range res.Leases {

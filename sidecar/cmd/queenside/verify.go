@@ -21,7 +21,7 @@ func verifyCommand() *cli.Command {
 			&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "how long the loader pushes (then the pipeline drains)"},
 			&cli.IntFlag{Name: "consumers", Value: d.Consumers, Usage: "parallel consumers of each stage and of the checker"},
 			&cli.IntFlag{Name: "lease-seconds", Value: d.LeaseSeconds, Usage: "lease of every pop"},
-			&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the fault targets (0: a new one, reported)"},
+			&cli.Int64Flag{Name: "seed", Value: d.Seed, Usage: "seed of the random choices: fault targets, sidecars picked (0: a new one, reported)"},
 			&cli.StringFlag{Name: "out", Value: d.Out, Usage: "write the report as JSON here (empty: none)"},
 			&cli.IntFlag{Name: "sidecar-kills", Value: d.SidecarKills, Usage: "SIGKILLs of a random sidecar, each restarted on its spool"},
 			&cli.IntFlag{Name: "sidecar-terms", Value: d.SidecarTerms, Usage: "SIGTERMs (drains) of a random sidecar, each restarted"},
