@@ -17,7 +17,10 @@ type metrics struct {
 	registry  *prometheus.Registry
 	requests  *prometheus.CounterVec // by op and code ("ok" when served)
 	pushItems *prometheus.CounterVec // by status
-	leases    prometheus.Counter
+	// byStatus holds pushItems' counters resolved once, in pushStatuses'
+	// order: a push adds to each status once per request, not per item.
+	byStatus [len(pushStatuses)]prometheus.Counter
+	leases   prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -36,6 +39,9 @@ func newMetrics(s *Server) *metrics {
 	}
 	for name := range s.ops {
 		m.known[name] = true
+	}
+	for i, st := range pushStatuses {
+		m.byStatus[i] = m.pushItems.WithLabelValues(st)
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
@@ -89,12 +95,33 @@ func (m *metrics) served(op string, perr *protocol.Error, res any) {
 	m.requests.WithLabelValues(op, code).Inc()
 	switch r := res.(type) {
 	case protocol.PushReply:
+		var counts [len(pushStatuses)]int
 		for i := range r.Results {
-			m.pushItems.WithLabelValues(r.Results[i].Status).Inc()
+			counts[pushStatusIndex(r.Results[i].Status)]++
+		}
+		for i, n := range counts {
+			if n > 0 {
+				m.byStatus[i].Add(float64(n))
+			}
 		}
 	case protocol.PopResult:
 		m.leases.Add(float64(len(r.Leases)))
 	}
+}
+
+// pushStatuses are the statuses of push items, as counted.
+var pushStatuses = [...]string{protocol.StatusQueued, protocol.StatusDuplicate, protocol.StatusBuffered, protocol.StatusFailed}
+
+func pushStatusIndex(status string) int {
+	switch status {
+	case protocol.StatusQueued:
+		return 0
+	case protocol.StatusDuplicate:
+		return 1
+	case protocol.StatusBuffered:
+		return 2
+	}
+	return 3 // failed
 }
 
 func (m *metrics) handler() http.Handler {

@@ -1,6 +1,9 @@
 package buffer
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // pending counts the spooled records not yet in PostgreSQL, per partition.
 // A partition with any is held: its new pushes are spooled behind them, so
@@ -8,6 +11,9 @@ import "sync"
 type pending struct {
 	mu     sync.Mutex
 	counts map[partitionKey]int
+	// total is the sum of counts, read without the lock: with nothing
+	// spooled (the usual case) a push asks no lock at all.
+	total atomic.Int64
 }
 
 type partitionKey struct{ queue, partition string }
@@ -15,6 +21,9 @@ type partitionKey struct{ queue, partition string }
 func newPending() *pending { return &pending{counts: make(map[partitionKey]int)} }
 
 func (p *pending) holds(queue, partition string) bool {
+	if p.total.Load() == 0 {
+		return false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.counts[partitionKey{queue, partition}] > 0
@@ -24,11 +33,14 @@ func (p *pending) add(keys []partitionKey, delta int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, k := range keys {
-		if n := p.counts[k] + delta; n > 0 {
+		old := p.counts[k]
+		n := max(old+delta, 0)
+		if n > 0 {
 			p.counts[k] = n
 		} else {
 			delete(p.counts, k)
 		}
+		p.total.Add(int64(n - old))
 	}
 }
 
