@@ -110,7 +110,7 @@ func (e *environment) startSidecar(ctx context.Context, bin string, retention ti
 		return err
 	}
 	e.child = child
-	e.probe.sidecarPID = child.pid()
+	e.probe.sidecarPID = child.Pid()
 	e.version, err = e.healthy(ctx, healthyTimeout)
 	return err
 }
@@ -122,10 +122,10 @@ func (e *environment) healthy(ctx context.Context, timeout time.Duration) (strin
 
 // sidecarGone reports a started sidecar that has exited, with its log.
 func (e *environment) sidecarGone() error {
-	if e.child == nil || !e.child.exited() {
+	if e.child == nil || !e.child.Exited() {
 		return nil
 	}
-	return fmt.Errorf("the sidecar exited (%v):\n%s", e.child.err, e.child.logTail())
+	return fmt.Errorf("the sidecar exited (%v):\n%s", e.child.Err(), e.child.logTail())
 }
 
 // sidecarLog returns what the started sidecar logged (warnings and worse).

@@ -14,6 +14,8 @@ import (
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
+
+	"github.com/queenside/queenside/sidecar/childproc"
 )
 
 // Waits of the sidecar processes.
@@ -36,8 +38,8 @@ type sidecar struct {
 	httpAddr string
 
 	mu           sync.Mutex
-	proc         *child // nil while down
-	stopping     bool   // the run signalled it: its exit is no crash
+	proc         *childproc.Proc // nil while down
+	stopping     bool            // the run signalled it: its exit is no crash
 	incarnations int
 	ended        spoolCounters // summed over incarnations that ended
 	last         spoolCounters // the live incarnation's last sample
@@ -77,7 +79,7 @@ func (s *sidecar) String() string { return "sidecar " + strconv.Itoa(s.index) }
 func (s *sidecar) start(ctx context.Context, dbDown bool) (string, error) {
 	args := []string{"serve", "--socket", s.socket, "--database-url", s.dbURL, "--spool-dir", s.spoolDir,
 		"--http-addr", s.httpAddr, "--shutdown-grace", shutdownGrace.String(), "--log-level", "warn"}
-	p, err := startChild(s.bin, args, s.logPath)
+	p, err := childproc.Start(s.bin, args, s.logPath)
 	if err != nil {
 		return "", err
 	}
@@ -88,13 +90,13 @@ func (s *sidecar) start(ctx context.Context, dbDown bool) (string, error) {
 	return s.waitHealthy(ctx, p, dbDown)
 }
 
-func (s *sidecar) waitHealthy(ctx context.Context, p *child, dbDown bool) (string, error) {
+func (s *sidecar) waitHealthy(ctx context.Context, p *childproc.Proc, dbDown bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, healthyTimeout)
 	defer cancel()
 	var last error
 	for {
-		if p.exited() {
-			return "", fmt.Errorf("%s exited during start-up (%s):\n%s", s, p.exitStatus(), s.logTail())
+		if p.Exited() {
+			return "", fmt.Errorf("%s exited during start-up (%s):\n%s", s, p.ExitStatus(), s.logTail())
 		}
 		h, err := healthOnce(ctx, s.socket)
 		if err == nil && (h.Status == protocol.HealthOK || dbDown && h.Status == protocol.HealthUnavailable) {
@@ -135,12 +137,12 @@ func (s *sidecar) stop(ctx context.Context, sig syscall.Signal) (time.Duration, 
 		return 0, "", errors.New(s.String() + " is not running")
 	}
 	s.sample(ctx)
-	took, err := p.signal(sig, exitWait)
+	took, err := p.Signal(sig, exitWait)
 	s.endIncarnation(p)
-	return took, p.exitStatus(), err
+	return took, p.ExitStatus(), err
 }
 
-func (s *sidecar) endIncarnation(p *child) {
+func (s *sidecar) endIncarnation(p *childproc.Proc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc != p {
@@ -189,7 +191,7 @@ func (s *sidecar) spool() spoolCounters {
 func (s *sidecar) up() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.proc != nil && !s.proc.exited()
+	return s.proc != nil && !s.proc.Exited()
 }
 
 // crashed reports an incarnation that exited without being told to, and
@@ -198,11 +200,11 @@ func (s *sidecar) crashed() (string, bool) {
 	s.mu.Lock()
 	p, stopping := s.proc, s.stopping
 	s.mu.Unlock()
-	if p == nil || stopping || !p.exited() {
+	if p == nil || stopping || !p.Exited() {
 		return "", false
 	}
 	s.endIncarnation(p)
-	return p.exitStatus(), true
+	return p.ExitStatus(), true
 }
 
 func (s *sidecar) incarnationCount() int {

@@ -1,4 +1,8 @@
-package verify
+// Package childproc runs a sidecar (or any command) as a child process for
+// the programs that drive real processes: the bench and the verifier. The
+// child gets its own process group and none of the QUEENSIDE_* variables,
+// and its output is appended to a log file.
+package childproc
 
 import (
 	"fmt"
@@ -9,15 +13,15 @@ import (
 	"time"
 )
 
-// child is one incarnation of a sidecar process.
-type child struct {
+// Proc is one run of a child process.
+type Proc struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed once it has exited
 	err  error         // how it exited; read after done
 }
 
-// startChild executes bin with args, appending its output to logPath.
-func startChild(bin string, args []string, logPath string) (*child, error) {
+// Start executes bin with args, appending its output to logPath.
+func Start(bin string, args []string, logPath string) (*Proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
@@ -28,12 +32,12 @@ func startChild(bin string, args []string, logPath string) (*child, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = withoutQueensideEnv(os.Environ())
 	// Its own process group: a Ctrl-C in the terminal reaches only the
-	// verifier, which then stops the sidecars and PostgreSQL in order.
+	// driving program, which then stops its children and PostgreSQL in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	c := &child{cmd: cmd, done: make(chan struct{})}
+	c := &Proc{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
 		close(c.done)
@@ -53,9 +57,22 @@ func withoutQueensideEnv(env []string) []string {
 	return out
 }
 
-func (c *child) pid() int { return c.cmd.Process.Pid }
+// Pid is the child's process id.
+func (c *Proc) Pid() int { return c.cmd.Process.Pid }
 
-func (c *child) exited() bool {
+// Done is closed once the child has exited.
+func (c *Proc) Done() <-chan struct{} { return c.done }
+
+// Err is how the child exited; nil before it has.
+func (c *Proc) Err() error {
+	if !c.Exited() {
+		return nil
+	}
+	return c.err
+}
+
+// Exited reports whether the child has exited.
+func (c *Proc) Exited() bool {
 	select {
 	case <-c.done:
 		return true
@@ -64,11 +81,11 @@ func (c *child) exited() bool {
 	}
 }
 
-// signal sends sig and waits up to wait for the exit; past it, it kills.
+// Signal sends sig and waits up to wait for the exit; past it, it kills.
 // It returns how long the exit took.
-func (c *child) signal(sig syscall.Signal, wait time.Duration) (time.Duration, error) {
+func (c *Proc) Signal(sig syscall.Signal, wait time.Duration) (time.Duration, error) {
 	start := time.Now()
-	if c.exited() {
+	if c.Exited() {
 		return 0, nil
 	}
 	c.cmd.Process.Signal(sig) //nolint:errcheck // it may exit meanwhile; Wait tells
@@ -82,8 +99,8 @@ func (c *child) signal(sig syscall.Signal, wait time.Duration) (time.Duration, e
 	}
 }
 
-// exitStatus describes how the process ended.
-func (c *child) exitStatus() string {
+// ExitStatus describes how the process ended.
+func (c *Proc) ExitStatus() string {
 	if c.err == nil {
 		return "exit status 0"
 	}
