@@ -562,6 +562,42 @@ func TestPopReturnsWhatWasPushed(t *testing.T) {
 	}
 }
 
+// A push over many partitions stores each partition's messages as they
+// went in, whether each partition gets one message of the call (the
+// segments are built from single elements) or a run of several.
+func TestPushOverManyPartitionsKeepsEveryField(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	for _, perPartition := range []int{1, 3} {
+		queue := fmt.Sprintf("spread-%d", perPartition)
+		var sent []protocol.PushItem
+		for i := 0; i < 6*perPartition; i++ {
+			it := item(t, queue, fmt.Sprintf("p%d", i%6), fmt.Sprintf("tx-%d", i), map[string]any{"n": i})
+			if i%2 == 0 {
+				it.TraceID = fmt.Sprintf("trace-%d", i)
+			}
+			if i%3 == 0 {
+				it.Headers = map[string]string{"k": fmt.Sprint(i)}
+			}
+			sent = append(sent, it)
+		}
+		mustPush(t, c, sent...)
+		for p := 0; p < 6; p++ {
+			got := mustPop(t, c, protocol.PopArgs{Queue: queue, Partition: fmt.Sprintf("p%d", p), Batch: 10, AutoAck: true}).Messages
+			if len(got) != perPartition {
+				t.Fatalf("%s p%d: popped %d, want %d", queue, p, len(got), perPartition)
+			}
+			for k, m := range got {
+				s := sent[p+6*k]
+				if m.Offset != int64(k) || m.TransactionID != s.TransactionID || string(m.Payload) != string(s.Payload) ||
+					m.TraceID != s.TraceID || fmt.Sprint(m.Headers) != fmt.Sprint(s.Headers) {
+					t.Fatalf("%s p%d offset %d came back as %+v, sent %+v", queue, p, k, m, s)
+				}
+			}
+		}
+	}
+}
+
 // Failing a message the cursor already passed comes too late: it changes
 // nothing (no rewind, no release, no charge) and the item says so.
 func TestFailureBelowTheCursorChangesNothing(t *testing.T) {
