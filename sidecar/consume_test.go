@@ -618,3 +618,81 @@ func TestFailureBelowTheCursorChangesNothing(t *testing.T) {
 		t.Fatalf("lease %+v, want cursor 3 and released: the completion of 2 was kept", l)
 	}
 }
+
+// One ack call over several leases answers each as if it were acked alone:
+// whole leases (moved past in one update), a failure, an item named by
+// transaction id, a partial ack, a repeated item and an unknown lease.
+func TestAckCallOverManyLeasesAnswersEachOnItsOwn(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	for p := 0; p < 5; p++ {
+		pushN(t, c, "many", fmt.Sprintf("p%d", p), fmt.Sprintf("m%d", p), 5)
+	}
+	byPartition := map[string][]protocol.Message{}
+	for _, m := range mustPop(t, c, protocol.PopArgs{Queue: "many", Batch: 25, Partitions: 5}).Messages {
+		byPartition[m.Partition] = append(byPartition[m.Partition], m)
+	}
+	for p := 0; p < 5; p++ {
+		if n := len(byPartition[fmt.Sprintf("p%d", p)]); n != 5 {
+			t.Fatalf("p%d: leased %d messages, want 5", p, n)
+		}
+	}
+	p0, p1, p2, p3, p4 := byPartition["p0"], byPartition["p1"], byPartition["p2"], byPartition["p3"], byPartition["p4"]
+	// A lease id of p0's cursor that was never handed out.
+	stale := p0[0].LeaseID[:strings.LastIndex(p0[0].LeaseID, ".")+1] + strings.Repeat("0", 32)
+	byTxid := queenside.AckItem{LeaseID: p2[3].LeaseID, TransactionID: p2[3].TransactionID, Status: protocol.AckCompleted}
+	items := []protocol.AckItem{
+		queenside.Completed(p3[0]), queenside.Completed(p3[1]), queenside.Completed(p3[2]), // 0-2: partial
+		queenside.Completed(p1[0]), queenside.Completed(p1[1]), queenside.Failed(p1[2], "boom"), // 3-5
+		queenside.Completed(p1[3]), queenside.Completed(p1[4]), // 6-7: rewound
+		{LeaseID: stale, Offset: &p0[0].Offset, Status: protocol.AckCompleted}, // 8
+		byTxid, // 9
+	}
+	for _, m := range p0 {
+		items = append(items, queenside.Completed(m)) // 10-14: whole
+	}
+	items = append(items, queenside.Completed(p0[0])) // 15: repeated
+	for _, k := range []int{0, 1, 2, 4} {
+		items = append(items, queenside.Completed(p2[k])) // 16-19, with 9: whole
+	}
+	for _, m := range p4[2:] {
+		items = append(items, queenside.Completed(m)) // 20-22: to the end, but past a gap
+	}
+	ar := mustAck(t, c, items...)
+	for i, r := range ar.Results {
+		want, code := true, ""
+		switch i {
+		case 6, 7:
+			want, code = false, protocol.ItemRewound
+		case 8:
+			want, code = false, protocol.ItemLeaseExpired
+		}
+		if r.Index != i || r.Success != want || r.Code != code || r.DeadLettered {
+			t.Fatalf("item %d: %+v, want success %v code %q", i, r, want, code)
+		}
+	}
+	leases := map[string]protocol.LeaseState{}
+	for _, l := range ar.Leases {
+		leases[l.LeaseID] = l
+	}
+	for _, w := range []struct {
+		lease    string
+		cursor   int64
+		released bool
+	}{{p0[0].LeaseID, 5, true}, {p1[0].LeaseID, 2, true}, {p2[0].LeaseID, 5, true}, {p3[0].LeaseID, 3, false},
+		{p4[0].LeaseID, 0, false}, {items[8].LeaseID, 5, false}} { // names p0's cursor: reported where it now stands
+
+		if l, ok := leases[w.lease]; !ok || l.Cursor != w.cursor || l.Released != w.released {
+			t.Fatalf("lease %s: %+v (reported %v), want cursor %d released %v", w.lease, l, ok, w.cursor, w.released)
+		}
+	}
+	if len(ar.Leases) != 6 {
+		t.Fatalf("%d lease states, want 6: %+v", len(ar.Leases), ar.Leases)
+	}
+	// p1 comes again from its failure; p3 and p4 are still leased; p0 and
+	// p2 are done.
+	again := mustPop(t, c, protocol.PopArgs{Queue: "many", Batch: 25, Partitions: 5}).Messages
+	if len(again) != 3 || again[0].Partition != "p1" || again[0].Offset != 2 {
+		t.Fatalf("popped again %+v, want p1 offsets 2-4", again)
+	}
+}

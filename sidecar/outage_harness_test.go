@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,23 +74,14 @@ type sidecarProcess struct {
 	socket   string
 	spoolDir string
 	httpAddr string
-	mu       sync.Mutex
-	log      bytes.Buffer
+	log      lockedLog
 	exited   chan struct{}
 	exitErr  error
 }
 
-func (p *sidecarProcess) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.Write(b)
-}
+func (p *sidecarProcess) Write(b []byte) (int, error) { return p.log.Write(b) }
 
-func (p *sidecarProcess) logText() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+func (p *sidecarProcess) logText() string { return p.log.String() }
 
 // launchSidecar starts serve over spoolDir and waits until its socket
 // answers, whatever the database does.

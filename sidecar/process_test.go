@@ -48,7 +48,26 @@ func queensideBinary(t testing.TB) string {
 type serveProcess struct {
 	cmd    *exec.Cmd
 	socket string
-	log    *bytes.Buffer
+	log    *lockedLog
+}
+
+// lockedLog collects a child process's output, which os/exec copies in
+// from its own goroutine while the test may read it.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startServe runs `queenside serve` on dbURL and waits until it is healthy.
@@ -58,12 +77,12 @@ func startServe(t testing.TB, dbURL string, extra ...string) *serveProcess {
 	args := append([]string{"serve", "--socket", socket, "--database-url", dbURL,
 		"--spool-dir", filepath.Join(shortTempDir(t), "spool"), "--log-level", "warn"}, extra...)
 	cmd := exec.Command(queensideBinary(t), args...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log := &lockedLog{}
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProcess{cmd: cmd, socket: socket, log: &log}
+	p := &serveProcess{cmd: cmd, socket: socket, log: log}
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 		cmd.Wait()                          //nolint:errcheck

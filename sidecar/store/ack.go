@@ -6,84 +6,77 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queenside/queenside/protocol"
 )
 
 const ackSQL = `SELECT idx, success, code, dead_lettered, released, cursor_offset
-FROM queenside.ack($1, $2, $3, $4, $5, $6, $7)`
+FROM queenside.ack_call($1, $2, $3, $4, $5, $6, $7, $8)`
 
-// leaseAck is the part of an ack call that names one lease.
-type leaseAck struct {
-	leaseID string
-	ref     leaseRef
-	indexes []int
-}
-
-// Ack applies an ack call in one transaction: one cursor update per lease,
-// leases locked in (group, partition) order so two calls cannot deadlock.
+// Ack applies an ack call in one transaction, one statement: one cursor
+// update per lease, leases locked in (group, partition) order so two calls
+// cannot deadlock.
 func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
 	return ackThrough(ctx, s.pool, items)
 }
 
-// ackThrough applies an ack call through q: the pool, where the batch is
-// one implicit transaction, or a transaction it is part of.
+// ackCall is one call of queenside.ack_call: the leases named by the items
+// (a slot each, from 1) and the items that name a lease that can exist.
+type ackCall struct {
+	groups, partitions []int64
+	leases             []uuid.UUID
+	leaseIDs           []string // as the client sent them, per slot
+	sent               []int    // call position (from 0) -> index in the caller's slice
+	slots              []int32
+}
+
+// ackThrough applies an ack call through q: the pool, where the statement
+// is its own transaction, or a transaction it is part of.
 func ackThrough(ctx context.Context, q querier, items []protocol.AckItem) (protocol.AckResult, error) {
 	res := protocol.AckResult{Results: make([]protocol.AckItemResult, len(items)), Leases: []protocol.LeaseState{}}
-	byLease := map[string]*leaseAck{}
-	var acks []*leaseAck
+	var c ackCall
+	slotOf := map[string]int32{}
 	for i, it := range items {
 		res.Results[i] = protocol.AckItemResult{Index: i}
-		la := byLease[it.LeaseID]
-		if la == nil {
-			ref, ok := parseLeaseID(it.LeaseID)
-			if !ok { // no such lease was ever handed out: it is not live
+		slot, ok := slotOf[it.LeaseID]
+		if !ok {
+			ref, valid := parseLeaseID(it.LeaseID)
+			if !valid { // no such lease was ever handed out: it is not live
 				res.Results[i].Code = protocol.ItemLeaseExpired
 				continue
 			}
-			la = &leaseAck{leaseID: it.LeaseID, ref: ref}
-			byLease[it.LeaseID] = la
-			acks = append(acks, la)
+			c.groups, c.partitions = append(c.groups, ref.group), append(c.partitions, ref.partition)
+			c.leases, c.leaseIDs = append(c.leases, ref.id), append(c.leaseIDs, it.LeaseID)
+			slot = int32(len(c.leases))
+			slotOf[it.LeaseID] = slot
 		}
-		la.indexes = append(la.indexes, i)
+		c.sent = append(c.sent, i)
+		c.slots = append(c.slots, slot)
 	}
-	if len(acks) == 0 {
+	if len(c.sent) == 0 {
 		return res, nil
 	}
-	slices.SortFunc(acks, func(a, b *leaseAck) int {
-		return cmp.Or(cmp.Compare(a.ref.group, b.ref.group), cmp.Compare(a.ref.partition, b.ref.partition))
-	})
-	var b pgx.Batch
-	for _, la := range acks {
-		b.Queue(ackSQL, ackArgs(la, items)...)
+	rows, err := q.Query(ctx, ackSQL, c.args(items)...)
+	if err != nil {
+		return res, fmt.Errorf("ack: %w", err)
 	}
-	br := q.SendBatch(ctx, &b)
-	states := make([]protocol.LeaseState, 0, len(acks))
-	for _, la := range acks {
-		st, known, err := readAckResults(br, la, res.Results)
-		if err != nil {
-			br.Close()
-			return res, fmt.Errorf("ack lease %s: %w", la.leaseID, err)
-		}
-		if known {
-			states = append(states, st)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return res, fmt.Errorf("ack: commit: %w", err)
+	states, err := c.read(rows, res.Results)
+	if err != nil {
+		return res, fmt.Errorf("ack: %w", err)
 	}
 	res.Leases = states
 	return res, nil
 }
 
-func ackArgs(la *leaseAck, items []protocol.AckItem) []any {
-	n := len(la.indexes)
+func (c *ackCall) args(items []protocol.AckItem) []any {
+	n := len(c.sent)
 	offsets := make([]*int64, n)
 	var hashes []*[16]byte // nil when every item names an offset
 	failed := make([]bool, n)
 	errs := make([]*string, n)
-	for j, i := range la.indexes {
+	for j, i := range c.sent {
 		it := &items[i]
 		if it.Offset != nil {
 			offsets[j] = it.Offset
@@ -99,18 +92,16 @@ func ackArgs(la *leaseAck, items []protocol.AckItem) []any {
 			errs[j] = &it.Error
 		}
 	}
-	return []any{la.ref.group, la.ref.partition, la.ref.id, offsets, hashes, failed, errs}
+	return []any{c.groups, c.partitions, c.leases, c.slots, offsets, hashes, failed, errs}
 }
 
-// readAckResults fills in one lease's item results. known is false when
-// the lease names no cursor at all: then there is no state to report.
-func readAckResults(br pgx.BatchResults, la *leaseAck, out []protocol.AckItemResult) (st protocol.LeaseState, known bool, err error) {
-	st = protocol.LeaseState{LeaseID: la.leaseID}
-	rows, err := br.Query()
-	if err != nil {
-		return st, false, err
-	}
+// read fills in the item results and returns the state of each lease that
+// names a cursor (a lease id naming none has no state to report).
+func (c *ackCall) read(rows pgx.Rows, out []protocol.AckItemResult) ([]protocol.LeaseState, error) {
 	defer rows.Close()
+	states := make([]protocol.LeaseState, len(c.leases))
+	known := make([]bool, len(c.leases))
+	answered := 0
 	for rows.Next() {
 		var (
 			idx      int32
@@ -120,21 +111,48 @@ func readAckResults(br pgx.BatchResults, la *leaseAck, out []protocol.AckItemRes
 			cursor   *int64
 		)
 		if err := rows.Scan(&idx, &r.Success, &code, &r.DeadLettered, &released, &cursor); err != nil {
-			return st, false, err
+			return nil, err
 		}
-		if idx < 1 || int(idx) > len(la.indexes) {
-			return st, false, fmt.Errorf("ack returned position %d of %d", idx, len(la.indexes))
+		if idx < 1 || int(idx) > len(c.sent) {
+			return nil, fmt.Errorf("answered position %d of %d", idx, len(c.sent))
 		}
-		r.Index = la.indexes[idx-1]
+		r.Index = c.sent[idx-1]
 		if code != nil {
 			r.Code = *code
 		}
 		out[r.Index] = r
-		st.Released = released
+		answered++
+		slot := c.slots[idx-1] - 1
+		states[slot] = protocol.LeaseState{LeaseID: c.leaseIDs[slot], Released: released}
 		if cursor != nil {
-			st.Cursor = *cursor
-			known = true
+			states[slot].Cursor = *cursor
+			known[slot] = true
 		}
 	}
-	return st, known, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if answered != len(c.sent) {
+		return nil, fmt.Errorf("answered %d items of %d", answered, len(c.sent))
+	}
+	live := []protocol.LeaseState{}
+	for _, slot := range c.bySlotKey() {
+		if known[slot] {
+			live = append(live, states[slot])
+		}
+	}
+	return live, nil
+}
+
+// bySlotKey returns the slots (from 0) in (group, partition) order, the
+// order in which leases are reported.
+func (c *ackCall) bySlotKey() []int {
+	order := make([]int, len(c.leases))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(c.groups[a], c.groups[b]), cmp.Compare(c.partitions[a], c.partitions[b]))
+	})
+	return order
 }

@@ -13,7 +13,7 @@ import (
 // transaction they are part of.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // ConflictError is a transaction that did not commit because an ack item
