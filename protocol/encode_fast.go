@@ -45,8 +45,7 @@ func (m Message) EncodeMsgpack(e *msgpack.Encoder) error {
 	w.int("offset", m.Offset)
 	w.str("messageId", m.MessageID)
 	w.str("transactionId", m.TransactionID)
-	w.key("payload")
-	w.err(m.Payload.EncodeMsgpack(e))
+	w.raw("payload", m.Payload)
 	w.key("committedAt")
 	w.err(e.EncodeTime(m.CommittedAt))
 	if m.TraceID != "" {
@@ -61,6 +60,29 @@ func (m Message) EncodeMsgpack(e *msgpack.Encoder) error {
 	}
 	w.key("redelivered")
 	w.err(e.EncodeBool(m.Redelivered))
+	return w.failed
+}
+
+// EncodeMsgpack writes it as a map, as clients send it.
+func (it PushItem) EncodeMsgpack(e *msgpack.Encoder) error {
+	n := 2 + boolInt(it.Partition != "") + boolInt(it.TransactionID != "") + boolInt(it.TraceID != "") + boolInt(len(it.Headers) > 0)
+	w := fieldWriter{e: e}
+	w.mapLen(n)
+	w.str("queue", it.Queue)
+	if it.Partition != "" {
+		w.str("partition", it.Partition)
+	}
+	w.raw("payload", it.Payload)
+	if it.TransactionID != "" {
+		w.str("transactionId", it.TransactionID)
+	}
+	if it.TraceID != "" {
+		w.str("traceId", it.TraceID)
+	}
+	if len(it.Headers) > 0 {
+		w.key("headers")
+		w.err(e.Encode(it.Headers))
+	}
 	return w.failed
 }
 
@@ -82,6 +104,17 @@ func (w *fieldWriter) key(k string) { w.err(w.e.EncodeString(k)) }
 func (w *fieldWriter) str(k, v string) {
 	w.key(k)
 	w.err(w.e.EncodeString(v))
+}
+
+// raw writes an encoded value as it is; nil is msgpack's nil, as
+// reflection writes a nil RawMessage.
+func (w *fieldWriter) raw(k string, v msgpack.RawMessage) {
+	w.key(k)
+	if v == nil {
+		w.err(w.e.EncodeNil())
+		return
+	}
+	w.err(v.EncodeMsgpack(w.e))
 }
 
 func (w *fieldWriter) int(k string, v int64) {

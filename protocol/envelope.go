@@ -108,6 +108,31 @@ func DecodeRequest(body []byte) (Request, *Error) {
 	return req, nil
 }
 
+// AppendRequest appends the body of a request to dst, with args encoded in
+// place: the bytes of Marshal(Request{...}) with Args = Marshal(args),
+// without encoding and copying the arguments twice.
+func AppendRequest(dst []byte, id uint64, op string, args any, timeoutMs uint64) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	e := newEncoder(buf)
+	w := fieldWriter{e: e}
+	w.mapLen(2 + boolInt(args != nil) + boolInt(timeoutMs != 0))
+	w.key("id")
+	w.err(e.EncodeUint(id))
+	w.str("op", op)
+	if args != nil {
+		w.key("args")
+		w.err(e.Encode(args))
+	}
+	if timeoutMs != 0 {
+		w.key("timeoutMs")
+		w.err(e.EncodeUint(timeoutMs))
+	}
+	if w.failed != nil {
+		return dst, w.failed
+	}
+	return buf.Bytes(), nil
+}
+
 // AppendResult appends the body of a successful response to dst.
 func AppendResult(dst []byte, id uint64, result any) ([]byte, error) {
 	buf := bytes.NewBuffer(dst)

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -99,4 +100,25 @@ func mustRaw(t testing.TB, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func TestAppendRequestMatchesTheEnvelope(t *testing.T) {
+	for _, c := range []struct {
+		args    any
+		timeout uint64
+	}{
+		{nil, 0},
+		{PushArgs{Items: []PushItem{{Queue: "q", Payload: mustRaw(t, 1), TransactionID: "t"}}}, 0},
+		{map[string]any{"queue": "q", "batch": 10}, 30000},
+		{[]int(nil), 1},
+	} {
+		want := mustRaw(t, Request{ID: 1 << 40, Op: OpPop, TimeoutMs: c.timeout})
+		if c.args != nil {
+			want = mustRaw(t, Request{ID: 1 << 40, Op: OpPop, Args: mustRaw(t, c.args), TimeoutMs: c.timeout})
+		}
+		got, err := AppendRequest([]byte{0xff}, 1<<40, OpPop, c.args, c.timeout)
+		if err != nil || !bytes.Equal(got[1:], want) || got[0] != 0xff {
+			t.Fatalf("args %#v timeout %d:\ngot  %x (%v)\nwant ff%x", c.args, c.timeout, got, err, want)
+		}
+	}
 }

@@ -86,42 +86,51 @@ func (c *Client) Close() error {
 	return err
 }
 
+// requestBuffers holds encoding buffers for requests: a push of 100
+// messages would otherwise grow a fresh one from nothing every call. send
+// copies the body out before Call returns, so a buffer is free again then.
+var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}
+
+const maxPooledRequest = 1 << 20
+
 // Draining reports whether the sidecar announced that it is shutting down.
 func (c *Client) Draining() bool { return c.draining.Load() }
 
 // Call sends op with args and decodes the result into result (which may be
 // nil). The context's deadline travels as the request's timeoutMs.
 func (c *Client) Call(ctx context.Context, op string, args any, result any) error {
-	req := protocol.Request{ID: c.nextID.Add(1), Op: op}
-	if args != nil {
-		raw, err := protocol.Marshal(args)
-		if err != nil {
-			return fmt.Errorf("queenside: encode %s args: %w", op, err)
-		}
-		req.Args = raw
-	}
+	id := c.nextID.Add(1)
+	var timeoutMs uint64
 	if dl, ok := ctx.Deadline(); ok {
 		ms := time.Until(dl).Milliseconds()
 		if ms <= 0 {
 			return context.DeadlineExceeded
 		}
-		req.TimeoutMs = uint64(ms)
+		timeoutMs = uint64(ms)
 	}
-	body, err := protocol.Marshal(req)
+	buf := requestBuffers.Get().(*[]byte)
+	body, err := protocol.AppendRequest((*buf)[:0], id, op, args, timeoutMs)
 	if err != nil {
+		requestBuffers.Put(buf)
 		return fmt.Errorf("queenside: encode %s: %w", op, err)
 	}
+	defer func() {
+		if cap(body) <= maxPooledRequest { // a rare huge request is not kept
+			*buf = body[:0]
+			requestBuffers.Put(buf)
+		}
+	}()
 	ch := make(chan protocol.Response, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		return c.err
 	}
-	c.pending[req.ID] = ch
+	c.pending[id] = ch
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		delete(c.pending, req.ID)
+		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
 
