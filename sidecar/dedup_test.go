@@ -3,6 +3,7 @@ package sidecar
 import (
 	"crypto/sha256"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +73,7 @@ func TestDuplicateRaceHasOneWinner(t *testing.T) {
 		}
 	}
 	checkGapless(t, storedMessages(t, ts.pool, "race", "p"), 50)
+	checkOneDedupRowPerHash(t, ts.pool)
 }
 
 func TestRepeatInsideOneRequestFirstWins(t *testing.T) {
@@ -94,6 +96,7 @@ func TestRepeatInsideOneRequestFirstWins(t *testing.T) {
 	if string(msgs["A"].Payload) != string(item(t, "q", "p", "", 1).Payload) {
 		t.Fatal("the first occurrence of A did not win")
 	}
+	checkOneDedupRowPerHash(t, ts.pool)
 }
 
 func TestSameTransactionIDInTwoPartitionsIsTwoMessages(t *testing.T) {
@@ -124,6 +127,7 @@ func TestDedupWindowZeroStoresRepeats(t *testing.T) {
 	if len(msgs) != 3 {
 		t.Fatalf("stored %d messages, want all 3 repeats", len(msgs))
 	}
+	checkOneDedupRowPerHash(t, ts.pool)
 }
 
 func TestRepeatAfterTheWindowIsNew(t *testing.T) {
@@ -143,6 +147,7 @@ func TestRepeatAfterTheWindowIsNew(t *testing.T) {
 	if r := mustPush(t, c, item(t, "short", "p", "tx", 4))[0]; r.Status != protocol.StatusDuplicate || r.MessageID != late.MessageID {
 		t.Fatalf("repeat of the new message: %s %s, want duplicate of %s", r.Status, r.MessageID, late.MessageID)
 	}
+	checkOneDedupRowPerHash(t, ts.pool)
 }
 
 func TestConfigureWithoutWindowRestoresDefault(t *testing.T) {
@@ -259,5 +264,23 @@ func TestMixedRequestAcrossPartitionsAndWindows(t *testing.T) {
 	checkGapless(t, storedMessages(t, ts.pool, "q", "p2"), 1)
 	if n := len(storedMessages(t, ts.pool, "off", "p")); n != 2 {
 		t.Fatalf("the queue without deduplication stored %d, want both", n)
+	}
+	checkOneDedupRowPerHash(t, ts.pool)
+}
+
+// checkOneDedupRowPerHash fails the test when a partition holds two dedup
+// rows for one hash. No index enforces it: the partition row lock that
+// every push holds while it probes and writes its hashes does.
+func checkOneDedupRowPerHash(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	var rows, repeated int
+	err := pool.QueryRow(testContext(t), `
+		SELECT (SELECT count(*) FROM queenside.dedup),
+		       (SELECT count(*) FROM (SELECT 1 FROM queenside.dedup GROUP BY partition_id, hash HAVING count(*) > 1) r)`).Scan(&rows, &repeated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows == 0 || repeated != 0 {
+		t.Fatalf("dedup holds %d rows, %d hashes of a partition more than once", rows, repeated)
 	}
 }
