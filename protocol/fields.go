@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"time"
@@ -102,13 +103,17 @@ func (x *dec) reset(buf []byte) {
 
 func (x *dec) pos() int { return len(x.buf) - x.r.Len() }
 
-// raw returns the encoding of the next value.
+// raw returns the encoding of the next value, a sub-slice of the input:
+// nothing is copied.
 func (x *dec) raw() ([]byte, error) {
 	start := x.pos()
-	if err := x.Skip(); err != nil {
+	end, err := valueEnd(x.buf, start)
+	if err != nil {
 		return nil, err
 	}
-	end := x.pos()
+	if _, err := x.r.Seek(int64(end-start), io.SeekCurrent); err != nil {
+		return nil, err
+	}
 	return x.buf[start:end:end], nil
 }
 
