@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Message is one item to store, validated and given its identity.
@@ -164,7 +165,18 @@ func (c *pushCall) args(msgs []Message) []any {
 			headers[j] = m.Headers
 		}
 	}
-	return []any{c.ids, c.starts, c.counts, c.slots, c.hashes, c.leaders, ids, txids, payloads, traces, headers}
+	return []any{c.ids, c.starts, c.counts, c.slots, c.hashes, c.leaders, ids, txids,
+		pgtype.FlatArray[[]byte](payloads), optionalArray(traces), optionalArray(headers)}
+}
+
+// optionalArray passes a slice as an array parameter without pgx's
+// reflection over its elements (its common-type fast path does not cover
+// these); nil stays NULL.
+func optionalArray[T any](s []T) any {
+	if s == nil {
+		return nil
+	}
+	return pgtype.FlatArray[T](s)
 }
 
 // pushReply is queenside.push's one-row answer.
