@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
@@ -128,5 +129,125 @@ func TestPayloadStoredByteForByte(t *testing.T) {
 		if string(m.Payload) != string(items[i].Payload) {
 			t.Fatalf("payload %d stored as %x, sent %x", i, m.Payload, items[i].Payload)
 		}
+	}
+}
+
+// A partition whose last commit is later than this sidecar's clock (the
+// clock stepped back, or another pod's runs ahead): a push over it and
+// another partition commits both at that later time, and the other
+// partition's next message is not committed before it. Commit times never
+// decrease with offset, whatever the clocks do.
+func TestCommitTimesStayMonotoneWhenTheClockIsBehind(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	mustPush(t, c, item(t, "q", "ahead", "a0", 0), item(t, "q", "behind", "b0", 0))
+	ahead := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	if _, err := ts.pool.Exec(testContext(t),
+		`UPDATE queenside.partitions SET last_committed_at = $1 WHERE name = 'ahead'`, ahead); err != nil {
+		t.Fatal(err)
+	}
+	res := mustPush(t, c, item(t, "q", "ahead", "a1", 1), item(t, "q", "behind", "b1", 1))
+	for _, r := range res {
+		if !r.CommittedAt.Equal(ahead) {
+			t.Fatalf("%s committed at %v, want the later last commit %v", r.TransactionID, r.CommittedAt, ahead)
+		}
+	}
+	next := mustPush(t, c, item(t, "q", "behind", "b2", 2))[0]
+	if next.CommittedAt.Before(ahead) {
+		t.Fatalf("b2 committed at %v, before b1 at %v", next.CommittedAt, ahead)
+	}
+	checkGapless(t, storedMessages(t, ts.pool, "q", "ahead"), 2)
+	checkGapless(t, storedMessages(t, ts.pool, "q", "behind"), 3)
+}
+
+// Requests over many partitions run as transactions side by side (see
+// store's group commit), and these all want the same partitions, named in
+// different orders. Each transaction locks its partitions in id order, so
+// none waits for another in a cycle: every push succeeds (a deadlock would
+// fail one), and every partition ends up gapless.
+func TestPushesOverTheSamePartitionsNeverDeadlock(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	const partitions, connections, requests = 80, 4, 15
+	var wg sync.WaitGroup
+	for ci := range connections {
+		c := ts.client(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range requests {
+				items := make([]protocol.PushItem, partitions)
+				for i := range items {
+					k := i // connections 1 and 3 name the partitions last to first
+					if ci%2 == 1 {
+						k = partitions - 1 - i
+					}
+					items[i] = item(t, "q", fmt.Sprintf("p%02d", k), fmt.Sprintf("c%d-r%d-p%d", ci, r, k), r)
+				}
+				res, err := c.Push(testContext(t), items...)
+				if err != nil {
+					t.Errorf("push: %v", err)
+					return
+				}
+				for _, x := range res {
+					if x.Status != protocol.StatusQueued {
+						t.Errorf("%s: %s (%v)", x.TransactionID, x.Status, x.Error)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range partitions {
+		checkGapless(t, storedMessages(t, ts.pool, "q", fmt.Sprintf("p%02d", k)), connections*requests)
+	}
+}
+
+// Partitions created by several producers at once, naming the same new
+// partitions in different orders while consumer groups appear: creators
+// share the queue's lock, so none waits for another in a cycle, and every
+// partition has a cursor in every group however the two interleave.
+func TestPartitionsAndGroupsCreatedAtOnceMeetInEveryCursor(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	const producers, rounds, perRound, groups = 4, 10, 40, 5
+	var wg sync.WaitGroup
+	for ci := range producers {
+		c := ts.client(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				items := make([]protocol.PushItem, perRound)
+				for i := range items {
+					k := (i + ci*perRound/producers) % perRound // each starts elsewhere in the round's names
+					if ci%2 == 1 {
+						k = perRound - 1 - k
+					}
+					items[i] = item(t, "q", fmt.Sprintf("r%d-p%02d", r, k), fmt.Sprintf("c%d-r%d-p%d", ci, r, k), r)
+				}
+				if _, err := c.Push(testContext(t), items...); err != nil {
+					t.Errorf("push: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	consumer := ts.client(t)
+	for g := range groups {
+		mustPop(t, consumer, protocol.PopArgs{Queue: "q", Group: fmt.Sprintf("g%d", g), Batch: 1})
+	}
+	wg.Wait()
+	var parts, cursors, missing int
+	if err := ts.pool.QueryRow(testContext(t), `
+		SELECT (SELECT count(*) FROM queenside.partitions),
+		       (SELECT count(*) FROM queenside.cursors),
+		       (SELECT count(*) FROM queenside.partitions p CROSS JOIN queenside.groups g
+		         WHERE NOT EXISTS (SELECT 1 FROM queenside.cursors c WHERE c.partition_id = p.id AND c.group_id = g.id))`,
+	).Scan(&parts, &cursors, &missing); err != nil {
+		t.Fatal(err)
+	}
+	if parts != rounds*perRound || cursors != parts*groups || missing != 0 {
+		t.Fatalf("%d partitions, %d cursors, %d (partition, group) without one; want %d, %d, 0",
+			parts, cursors, missing, rounds*perRound, rounds*perRound*groups)
 	}
 }
