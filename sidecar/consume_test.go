@@ -696,3 +696,45 @@ func TestAckCallOverManyLeasesAnswersEachOnItsOwn(t *testing.T) {
 		t.Fatalf("popped again %+v, want p1 offsets 2-4", again)
 	}
 }
+
+// An ack that moves a cursor to the end of its partition while a push to
+// that partition is in flight (its transaction open, its message not yet
+// visible) must leave the cursor where pop still looks: once the push
+// commits, the next pop delivers its message. cursor_head tells the two
+// cases apart by whether it can share-lock the partition row at once.
+func TestCursorMovedToTheEndDuringAPushStillSeesIt(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	mustPush(t, c, item(t, "q", "p", "a", 0))
+	first := mustPop(t, c, protocol.PopArgs{Queue: "q", Group: "g", Batch: 10})
+	if len(first.Messages) != 1 {
+		t.Fatalf("popped %d messages, want 1", len(first.Messages))
+	}
+
+	ctx := testContext(t)
+	push, err := ts.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer push.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	var partition int64
+	if err := push.QueryRow(ctx, `SELECT id FROM queenside.partitions WHERE name = 'p'`).Scan(&partition); err != nil {
+		t.Fatal(err)
+	}
+	var base []int64
+	if err := push.QueryRow(ctx, `SELECT bases FROM queenside.push(ARRAY[$1::bigint], '{1}', '{1}', '{1}',
+		ARRAY[$2::uuid], NULL, ARRAY[gen_random_uuid()], '{b}', ARRAY['\x01'::bytea], NULL, NULL)`,
+		partition, store.TransactionHash("b")).Scan(&base); err != nil || len(base) != 1 || base[0] != 1 {
+		t.Fatalf("push in a transaction: bases %v, %v", base, err)
+	}
+	// The ack runs on another connection while the push is open.
+	mustAck(t, c, queenside.Completed(first.Messages[0]))
+	if err := push.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	next := mustPop(t, c, protocol.PopArgs{Queue: "q", Group: "g", Batch: 10})
+	if len(next.Messages) != 1 || next.Messages[0].Offset != 1 || next.Messages[0].TransactionID != "b" {
+		t.Fatalf("after the push committed, pop returned %+v, want offset 1 (b)", next.Messages)
+	}
+}

@@ -12,6 +12,8 @@
 -- partitions costs beyond pushing over a few. The update assumes every
 -- message is new, which the duplicate probe then confirms; the general
 -- path takes the move back before it allocates offsets its own way.
+-- cursor_head, which must see a push in flight as a lock it cannot take,
+-- now asks for a share lock (see it below).
 --
 -- PL/pgSQL plans a statement with parameters five times for their values,
 -- then keeps a generic plan only if it looks no dearer than those; when it
@@ -170,6 +172,36 @@ BEGIN
     -- Wake the pops waiting on these queues, on every sidecar. Delivered
     -- at commit; identical notifications of one transaction fold into one.
     PERFORM queenside.wake(w) FROM unnest(v_queues) AS w;
+END;
+$$;
+
+-- cursor_head, as in 0005, share-locking the partition row rather than
+-- key-share-locking it. It tells "no push in flight, so a fresh look is
+-- exact" from "a push holds the partition" by whether it gets that lock at
+-- once (0001). A push used to hold the row locked for update, which every
+-- lock mode conflicts with; it now holds it by updating columns outside the
+-- key, which a key-share lock does not conflict with. A cursor moved to the
+-- end of its partition while a push there was in flight then got no head,
+-- and pop never saw the partition again until the next push to it.
+CREATE OR REPLACE FUNCTION queenside.cursor_head(p_partition bigint, p_offset bigint) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    SELECT s.committed_at INTO v_at FROM queenside.segments s
+     WHERE s.partition_id = p_partition AND s.last_offset >= p_offset
+     ORDER BY s.last_offset LIMIT 1;
+    IF FOUND THEN
+        RETURN v_at;
+    END IF;
+    PERFORM 1 FROM queenside.partitions p WHERE p.id = p_partition FOR SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN now();
+    END IF;
+    SELECT s.committed_at INTO v_at FROM queenside.segments s
+     WHERE s.partition_id = p_partition AND s.last_offset >= p_offset
+     ORDER BY s.last_offset LIMIT 1;
+    RETURN v_at;
 END;
 $$;
 
