@@ -353,6 +353,7 @@ BEGIN
           FROM queenside.cursors cu
           JOIN queenside.partitions p ON p.id = cu.partition_id
          WHERE cu.group_id = p_group AND cu.partition_id = v_pid;
+        CONTINUE WHEN NOT FOUND; -- the queue was deleted meanwhile
         -- Start at the cursor, or at the first message still retained: past
         -- the end when retention deleted everything from the cursor on.
         v_cur := greatest(c.cur, coalesce((SELECT s.base_offset FROM queenside.segments s
