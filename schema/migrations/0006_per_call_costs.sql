@@ -1,6 +1,7 @@
 -- queenside storage, version 6: less work a call. A partition is locked by
--- its update, push and pop keep their plans, and partitions are looked up
--- by key and created side by side.
+-- its update, push and pop keep their plans, pop reads no segment past what
+-- it delivers, and partitions are looked up by key and created side by
+-- side.
 --
 -- BENCHMARKS.md ("Found by measuring") has the measurements.
 --
@@ -269,7 +270,11 @@ END;
 $$;
 
 -- pop, as in 0003, reading its partitions' cursors one at a time (see the
--- top).
+-- top), and reading segments only up to the one that holds the last offset
+-- it delivers. The scan of a run was bounded below by the cursor and only
+-- filtered above, so it read every segment from the cursor to the end of
+-- the partition: a pop cost more the longer the backlog behind it (0.7 ms
+-- to return 10 messages from a partition holding 40,000, of a 1.0 ms pop).
 CREATE OR REPLACE FUNCTION queenside.pop(p_group bigint, p_partition bigint, p_max_partitions integer,
                               p_batch integer, p_lease_seconds integer, p_auto_ack boolean)
 RETURNS TABLE (partition_id bigint, partition_name text, lease_id uuid, lease_from bigint, lease_to bigint,
@@ -430,6 +435,11 @@ BEGIN
                       (least(s.last_offset, v_last) - s.base_offset + 1)::integer AS j,
                       s.base_offset >= v_cur AND s.last_offset <= v_last AS whole) r
          WHERE s.partition_id = c.pid AND s.last_offset >= v_cur AND s.base_offset <= v_last
+           -- Up to the segment holding v_last, and no further: the index
+           -- scan stops there instead of reading the partition to its end.
+           AND s.last_offset <= (SELECT e.last_offset FROM queenside.segments e
+                                  WHERE e.partition_id = c.pid AND e.last_offset >= v_last
+                                  ORDER BY e.last_offset LIMIT 1)
          ORDER BY s.last_offset;
         -- The janitor deleted the whole run since v_cur was read (retention
         -- reached the group's position): nothing was delivered, so nothing
