@@ -16,41 +16,69 @@ func pushConcurrently(t *testing.T, clients []*queenside.Client, queue, partitio
 	t.Helper()
 	var mu sync.Mutex
 	results := make(map[string]protocol.PushResult)
+	pushAtOnce(t, clients, requests, func(ci, r int) []protocol.PushItem {
+		items := make([]protocol.PushItem, perRequest)
+		for i := range items {
+			items[i] = item(t, queue, partition, fmt.Sprintf("c%d-r%d-i%d", ci, r, i), map[string]int{"c": ci, "r": r, "i": i})
+		}
+		return items
+	}, func(res []protocol.PushResult) {
+		// Items of one request get consecutive offsets in request order.
+		for i, x := range res {
+			if i > 0 && *x.Offset != *res[i-1].Offset+1 {
+				t.Errorf("request items got offsets %d then %d", *res[i-1].Offset, *x.Offset)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, x := range res {
+			results[x.TransactionID] = x
+		}
+	})()
+	return results
+}
+
+// pushAtOnce starts a goroutine per client that pushes requests requests,
+// built by items, and hands each request's results to got (when not nil);
+// it returns a function that waits for them. A push that fails, or an item
+// that is not queued, fails the test.
+func pushAtOnce(t *testing.T, clients []*queenside.Client, requests int,
+	items func(conn, request int) []protocol.PushItem, got func([]protocol.PushResult)) (wait func()) {
+	t.Helper()
 	var wg sync.WaitGroup
 	for ci, c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for r := 0; r < requests; r++ {
-				items := make([]protocol.PushItem, perRequest)
-				for i := range items {
-					items[i] = item(t, queue, partition, fmt.Sprintf("c%d-r%d-i%d", ci, r, i), map[string]int{"c": ci, "r": r, "i": i})
-				}
-				res, err := c.Push(testContext(t), items...)
+			for r := range requests {
+				res, err := c.Push(testContext(t), items(ci, r)...)
 				if err != nil {
 					t.Errorf("push: %v", err)
 					return
 				}
-				for i, x := range res {
+				for _, x := range res {
 					if x.Status != protocol.StatusQueued {
-						t.Errorf("item %s: status %s (%v)", x.TransactionID, x.Status, x.Error)
+						t.Errorf("%s: %s (%v)", x.TransactionID, x.Status, x.Error)
 						return
 					}
-					// Items of one request get consecutive offsets in request order.
-					if i > 0 && *x.Offset != *res[i-1].Offset+1 {
-						t.Errorf("request items got offsets %d then %d", *res[i-1].Offset, *x.Offset)
-					}
 				}
-				mu.Lock()
-				for _, x := range res {
-					results[x.TransactionID] = x
+				if got != nil {
+					got(res)
 				}
-				mu.Unlock()
 			}
 		}()
 	}
-	wg.Wait()
-	return results
+	return wg.Wait
+}
+
+// clients dials n connections to ts.
+func (ts *testSidecar) clients(t testing.TB, n int) []*queenside.Client {
+	t.Helper()
+	cs := make([]*queenside.Client, n)
+	for i := range cs {
+		cs[i] = ts.client(t)
+	}
+	return cs
 }
 
 // checkResultsMatchStorage asserts each answer names what was stored.
@@ -75,12 +103,8 @@ func checkResultsMatchStorage(t *testing.T, results map[string]protocol.PushResu
 
 func TestOffsetsGaplessWithEightConnections(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
-	clients := make([]*queenside.Client, 8)
-	for i := range clients {
-		clients[i] = ts.client(t)
-	}
 	const requests, perRequest = 40, 10
-	results := pushConcurrently(t, clients, "orders", "p1", requests, perRequest)
+	results := pushConcurrently(t, ts.clients(t, 8), "orders", "p1", requests, perRequest)
 	stored := checkGapless(t, storedMessages(t, ts.pool, "orders", "p1"), 8*requests*perRequest)
 	checkResultsMatchStorage(t, results, stored)
 }
@@ -168,36 +192,17 @@ func TestCommitTimesStayMonotoneWhenTheClockIsBehind(t *testing.T) {
 func TestPushesOverTheSamePartitionsNeverDeadlock(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	const partitions, connections, requests = 80, 4, 15
-	var wg sync.WaitGroup
-	for ci := range connections {
-		c := ts.client(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range requests {
-				items := make([]protocol.PushItem, partitions)
-				for i := range items {
-					k := i // connections 1 and 3 name the partitions last to first
-					if ci%2 == 1 {
-						k = partitions - 1 - i
-					}
-					items[i] = item(t, "q", fmt.Sprintf("p%02d", k), fmt.Sprintf("c%d-r%d-p%d", ci, r, k), r)
-				}
-				res, err := c.Push(testContext(t), items...)
-				if err != nil {
-					t.Errorf("push: %v", err)
-					return
-				}
-				for _, x := range res {
-					if x.Status != protocol.StatusQueued {
-						t.Errorf("%s: %s (%v)", x.TransactionID, x.Status, x.Error)
-						return
-					}
-				}
+	pushAtOnce(t, ts.clients(t, connections), requests, func(ci, r int) []protocol.PushItem {
+		items := make([]protocol.PushItem, partitions)
+		for i := range items {
+			k := i // connections 1 and 3 name the partitions last to first
+			if ci%2 == 1 {
+				k = partitions - 1 - i
 			}
-		}()
-	}
-	wg.Wait()
+			items[i] = item(t, "q", fmt.Sprintf("p%02d", k), fmt.Sprintf("c%d-r%d-p%d", ci, r, k), r)
+		}
+		return items
+	}, nil)()
 	for k := range partitions {
 		checkGapless(t, storedMessages(t, ts.pool, "q", fmt.Sprintf("p%02d", k)), connections*requests)
 	}
@@ -210,33 +215,22 @@ func TestPushesOverTheSamePartitionsNeverDeadlock(t *testing.T) {
 func TestPartitionsAndGroupsCreatedAtOnceMeetInEveryCursor(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	const producers, rounds, perRound, groups = 4, 10, 40, 5
-	var wg sync.WaitGroup
-	for ci := range producers {
-		c := ts.client(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rounds {
-				items := make([]protocol.PushItem, perRound)
-				for i := range items {
-					k := (i + ci*perRound/producers) % perRound // each starts elsewhere in the round's names
-					if ci%2 == 1 {
-						k = perRound - 1 - k
-					}
-					items[i] = item(t, "q", fmt.Sprintf("r%d-p%02d", r, k), fmt.Sprintf("c%d-r%d-p%d", ci, r, k), r)
-				}
-				if _, err := c.Push(testContext(t), items...); err != nil {
-					t.Errorf("push: %v", err)
-					return
-				}
+	wait := pushAtOnce(t, ts.clients(t, producers), rounds, func(ci, r int) []protocol.PushItem {
+		items := make([]protocol.PushItem, perRound)
+		for i := range items {
+			k := (i + ci*perRound/producers) % perRound // each starts elsewhere in the round's names
+			if ci%2 == 1 {
+				k = perRound - 1 - k
 			}
-		}()
-	}
+			items[i] = item(t, "q", fmt.Sprintf("r%d-p%02d", r, k), fmt.Sprintf("c%d-r%d-p%d", ci, r, k), r)
+		}
+		return items
+	}, nil)
 	consumer := ts.client(t)
 	for g := range groups {
 		mustPop(t, consumer, protocol.PopArgs{Queue: "q", Group: fmt.Sprintf("g%d", g), Batch: 1})
 	}
-	wg.Wait()
+	wait()
 	var parts, cursors, missing int
 	if err := ts.pool.QueryRow(testContext(t), `
 		SELECT (SELECT count(*) FROM queenside.partitions),
