@@ -42,6 +42,8 @@ func TestEveryScenario(t *testing.T) {
 	cfg.ScalePartitions = 200
 	cfg.FanoutGroups = 2
 	cfg.FanoutMessages = 1000
+	cfg.FloorDuration = time.Second
+	cfg.FloorPartitions = 100
 	var out bytes.Buffer
 	cfg.Output = &out
 
@@ -94,6 +96,12 @@ func TestEveryScenario(t *testing.T) {
 		if d := byName[name].Delivery; d == nil || d.Count == 0 {
 			t.Errorf("%s: no push-to-delivery latency", name)
 		}
+	}
+	if f := byName[ScenarioFloor].Messages; f == 0 || f%int64(cfg.FloorTransactionMessages) != 0 {
+		t.Errorf("floor moved %d messages, want whole transactions of %d", f, cfg.FloorTransactionMessages)
+	}
+	if n := floorSchemasLeft(t, cfg.DatabaseURL); n != 0 {
+		t.Errorf("%d floor schemas left in the database, want them dropped", n)
 	}
 	if p := rep.Conditions.Postgres; p == nil || p.Version == "" || p.Fsync == "" || p.SynchronousCommit == "" {
 		t.Errorf("PostgreSQL conditions not recorded: %+v", p)

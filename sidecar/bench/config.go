@@ -24,6 +24,7 @@ const (
 	ScenarioLatency    = "latency"
 	ScenarioPartitions = "partitions"
 	ScenarioFanout     = "fanout"
+	ScenarioFloor      = "floor"
 	ScenarioSoak       = "soak"
 	ScenarioSpool      = "spool"
 	ScenarioReplay     = "replay"
@@ -39,7 +40,7 @@ func Scenarios() []string {
 // allScenarios is every scenario, in the order Run runs them.
 func allScenarios() []string {
 	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioMixed,
-		ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioSoak, ScenarioSpool, ScenarioReplay}
+		ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioFloor, ScenarioSoak, ScenarioSpool, ScenarioReplay}
 }
 
 // onRequest names the scenarios that run only when named: soak takes
@@ -87,6 +88,14 @@ type Config struct {
 	ScalePartitions int `json:"scale-partitions"`
 	FanoutGroups    int `json:"fanout-groups"`
 	FanoutMessages  int `json:"fanout-messages"`
+
+	// The floor: the row writes mixed's traffic needs at the least, as
+	// plain SQL (see floor.go).
+	FloorDuration            time.Duration `json:"floor-duration"`
+	FloorPartitions          int           `json:"floor-partitions"`
+	FloorTransactionMessages int           `json:"floor-transaction-messages"` // messages a push transaction
+	FloorLeaseMessages       int           `json:"floor-lease-messages"`       // messages a lease; 0: no cursor writes
+	FloorLeasePartitions     int           `json:"floor-lease-partitions"`     // cursors a lease or ack statement
 
 	// The soak: producers at a steady rate and consumers keeping up, for
 	// long, with retention on, watching the tables' sizes. Zero values take
@@ -148,7 +157,14 @@ func DefaultConfig() Config {
 		ScalePartitions:    10_000,
 		FanoutGroups:       5,
 		FanoutMessages:     100_000,
-		StallTimeout:       30 * time.Second,
+		// mixed's traffic: 1,000 partitions, and 25 ms of it at 40,000 msg/s
+		// in each push transaction (half the latency target on holding).
+		FloorDuration:            15 * time.Second,
+		FloorPartitions:          1000,
+		FloorTransactionMessages: 1000,
+		FloorLeaseMessages:       4,
+		FloorLeasePartitions:     10,
+		StallTimeout:             30 * time.Second,
 
 		SoakDuration:           10 * time.Minute,
 		SoakRate:               5000,
@@ -223,6 +239,10 @@ func (c Config) Validate() error {
 		{"scale-partitions", c.ScalePartitions, 1, 1 << 30},
 		{"fanout-groups", c.FanoutGroups, 1, 1000},
 		{"fanout-messages", c.FanoutMessages, 1, 1 << 30},
+		{"floor-partitions", c.FloorPartitions, 1, 1 << 30},
+		{"floor-transaction-messages", c.FloorTransactionMessages, 1, 1 << 20},
+		{"floor-lease-messages", c.FloorLeaseMessages, 0, 1 << 20},
+		{"floor-lease-partitions", c.FloorLeasePartitions, 1, 1 << 20},
 		{"sidecar-pid", c.SidecarPID, 0, 1 << 30},
 		{"soak-rate", c.SoakRate, 1, 1 << 30},
 		{"soak-partitions", c.SoakPartitions, 1, 1 << 30},
@@ -235,6 +255,9 @@ func (c Config) Validate() error {
 	}
 	if c.MixedDuration <= 0 {
 		return fmt.Errorf("--mixed-duration %v: want more than 0", c.MixedDuration)
+	}
+	if c.FloorDuration <= 0 {
+		return fmt.Errorf("--floor-duration %v: want more than 0", c.FloorDuration)
 	}
 	if c.StallTimeout <= 0 {
 		return fmt.Errorf("--stall-timeout %v: want more than 0", c.StallTimeout)
@@ -256,12 +279,13 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		plain
 		DatabaseURL   string `json:"database-url"`
 		MixedDuration string `json:"mixed-duration"`
+		FloorDuration string `json:"floor-duration"`
 		StallTimeout  string `json:"stall-timeout"`
 		SoakDuration  string `json:"soak-duration"`
 		SoakSample    string `json:"soak-sample"`
 		SoakWarmup    string `json:"soak-warmup"`
 		Retention     string `json:"retention-interval"`
-	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.StallTimeout.String(),
+	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.FloorDuration.String(), c.StallTimeout.String(),
 		c.SoakDuration.String(), c.SoakSample.String(), c.SoakWarmup.String(), c.RetentionInterval.String()})
 }
 

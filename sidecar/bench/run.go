@@ -44,6 +44,7 @@ var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioLatency:    (*bench).scenarioLatency,
 	ScenarioPartitions: (*bench).scenarioPartitions,
 	ScenarioFanout:     (*bench).scenarioFanout,
+	ScenarioFloor:      (*bench).scenarioFloor,
 	ScenarioSoak:       (*bench).scenarioSoak,
 	ScenarioSpool:      (*bench).scenarioSpool,
 	ScenarioReplay:     (*bench).scenarioReplay,
