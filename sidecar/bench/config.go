@@ -158,7 +158,8 @@ func DefaultConfig() Config {
 		FanoutGroups:       5,
 		FanoutMessages:     100_000,
 		// mixed's traffic: 1,000 partitions, and 25 ms of it at 40,000 msg/s
-		// in each push transaction (half the latency target on holding).
+		// in each push transaction (a quarter of the 100 ms delivery target
+		// spent gathering it).
 		FloorDuration:            15 * time.Second,
 		FloorPartitions:          1000,
 		FloorTransactionMessages: 1000,
