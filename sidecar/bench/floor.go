@@ -18,7 +18,9 @@ import (
 // least, whatever the broker: it issues, as plain SQL and without the
 // sidecar, only the row writes the guarantees require for the traffic of
 // mixed, and reports PostgreSQL's CPU for them. Every choice leans in the
-// broker's favour, so a real broker can only cost more:
+// broker's favour, so a broker keeping the guarantees spends about this or
+// more (plain SQL has overheads of its own, so it is an estimate, not a
+// strict bound):
 //
 //   - push: one transaction of FloorTransactionMessages messages over
 //     FloorPartitions partitions chosen at random. Each partition it touches
