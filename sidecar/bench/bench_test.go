@@ -38,6 +38,9 @@ func TestEveryScenario(t *testing.T) {
 	cfg.Messages = 2000
 	cfg.MixedDuration = 2 * time.Second
 	cfg.MixedPartitions = 100
+	cfg.CurveRates = []int{500, 2000}
+	cfg.CurveDuration = time.Second
+	cfg.IdleDuration = 2 * time.Second
 	cfg.LatencyRequests = 100
 	cfg.ScalePartitions = 200
 	cfg.FanoutGroups = 2
@@ -71,7 +74,7 @@ func TestEveryScenario(t *testing.T) {
 		if r.Failed || r.Errors != 0 {
 			t.Errorf("%s: failed %v with %d errors: %v", r.Name, r.Failed, r.Errors, r.ErrorSamples)
 		}
-		if r.MsgsPerSec <= 0 || r.Latency == nil {
+		if (r.MsgsPerSec <= 0 && r.Name != ScenarioIdle) || r.Latency == nil {
 			t.Errorf("%s: %v msg/s, latency %v", r.Name, r.MsgsPerSec, r.Latency)
 		}
 		// The sidecar is a child here, so its CPU and memory are known.
@@ -92,7 +95,9 @@ func TestEveryScenario(t *testing.T) {
 			t.Errorf("%s moved %d messages, want %d", name, got, want)
 		}
 	}
-	for _, name := range []string{ScenarioPopAck, ScenarioAutoAck, ScenarioMixed, ScenarioFanout} {
+	checkCurve(t, byName[ScenarioCurve], cfg)
+	checkIdle(t, byName[ScenarioIdle], cfg)
+	for _, name := range []string{ScenarioPopAck, ScenarioAutoAck, ScenarioMixed, ScenarioCurve, ScenarioFanout} {
 		if d := byName[name].Delivery; d == nil || d.Count == 0 {
 			t.Errorf("%s: no push-to-delivery latency", name)
 		}
@@ -122,6 +127,44 @@ func TestEveryScenario(t *testing.T) {
 	}
 	if len(parsed.Scenarios) != len(want) || parsed.Failed || parsed.Flags["mixed-duration"] != "2s" {
 		t.Errorf("JSON report: %d scenarios, failed %v, flags %v", len(parsed.Scenarios), parsed.Failed, parsed.Flags)
+	}
+}
+
+// checkCurve checks that every rate of the curve was measured, delivered
+// in full, to every partition pushed to, with its cost known.
+func checkCurve(t *testing.T, r Result, cfg Config) {
+	t.Helper()
+	if len(r.Curve) != len(cfg.CurveRates) {
+		t.Fatalf("curve: %d points, want %d", len(r.Curve), len(cfg.CurveRates))
+	}
+	for i, p := range r.Curve {
+		if p.OfferedPerSec != cfg.CurveRates[i] || p.Pushed == 0 || p.Delivered == 0 || !p.Drained || p.Errors != 0 {
+			t.Errorf("curve point %d: offered %d, pushed %d, delivered %d, drained %v, %d errors",
+				i, p.OfferedPerSec, p.Pushed, p.Delivered, p.Drained, p.Errors)
+		}
+		if p.PartitionsPushed != cfg.MixedPartitions || p.PartitionsServed != p.PartitionsPushed {
+			t.Errorf("curve at %d/s: %d partitions served of %d pushed, want all %d",
+				p.OfferedPerSec, p.PartitionsServed, p.PartitionsPushed, cfg.MixedPartitions)
+		}
+		if p.Delivery == nil || p.PostgresMicrosPer == nil || p.SidecarMicrosPer == nil {
+			t.Errorf("curve at %d/s: delivery %v, PostgreSQL %v µs, sidecar %v µs a message: want them known",
+				p.OfferedPerSec, p.Delivery, p.PostgresMicrosPer, p.SidecarMicrosPer)
+		}
+	}
+}
+
+// checkIdle checks that idle watched its consumers wait, and got nothing.
+func checkIdle(t *testing.T, r Result, cfg Config) {
+	t.Helper()
+	f := r.Idle
+	if f == nil {
+		t.Fatal("idle: no figures")
+	}
+	if r.Messages != 0 || f.Pops == 0 || f.Consumers != cfg.MixedConsumers || f.Partitions != cfg.MixedPartitions {
+		t.Errorf("idle: %d messages, %d pops, %d consumers, %d partitions", r.Messages, f.Pops, f.Consumers, f.Partitions)
+	}
+	if f.PostgresCorePercent == nil || f.SidecarCorePercent == nil {
+		t.Errorf("idle: PostgreSQL %v, sidecar %v: want their CPU known", f.PostgresCorePercent, f.SidecarCorePercent)
 	}
 }
 

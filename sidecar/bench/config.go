@@ -21,6 +21,8 @@ const (
 	ScenarioPopAck     = "popack"
 	ScenarioAutoAck    = "autoack"
 	ScenarioMixed      = "mixed"
+	ScenarioCurve      = "curve"
+	ScenarioIdle       = "idle"
 	ScenarioLatency    = "latency"
 	ScenarioPartitions = "partitions"
 	ScenarioFanout     = "fanout"
@@ -39,7 +41,7 @@ func Scenarios() []string {
 
 // allScenarios is every scenario, in the order Run runs them.
 func allScenarios() []string {
-	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioMixed,
+	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioMixed, ScenarioCurve, ScenarioIdle,
 		ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioFloor, ScenarioSoak, ScenarioSpool, ScenarioReplay}
 }
 
@@ -83,6 +85,14 @@ type Config struct {
 	MixedConsumers     int           `json:"mixed-consumers"` // connections
 	MixedPopPartitions int           `json:"mixed-pop-partitions"`
 	MixedWaitMs        int           `json:"mixed-wait-ms"`
+
+	// The curve: mixed's producers and consumers at each of CurveRates
+	// (messages/s offered) for CurveDuration, each on a fresh queue.
+	CurveRates    []int         `json:"curve-rates"`
+	CurveDuration time.Duration `json:"curve-duration"`
+	// IdleDuration is how long idle watches mixed's consumers long-polling
+	// an empty queue of mixed's partitions.
+	IdleDuration time.Duration `json:"idle-duration"`
 
 	LatencyRequests int `json:"latency-requests"`
 	ScalePartitions int `json:"scale-partitions"`
@@ -153,6 +163,9 @@ func DefaultConfig() Config {
 		MixedConsumers:     4,
 		MixedPopPartitions: 10,
 		MixedWaitMs:        1000,
+		CurveRates:         []int{2000, 5000, 10000, 20000, 30000},
+		CurveDuration:      20 * time.Second,
+		IdleDuration:       30 * time.Second,
 		LatencyRequests:    5000,
 		ScalePartitions:    10_000,
 		FanoutGroups:       5,
@@ -254,6 +267,17 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--%s %d: want %d..%d", k.name, k.v, k.lo, k.hi)
 		}
 	}
+	if len(c.CurveRates) == 0 {
+		return fmt.Errorf("--curve-rates: want at least one rate")
+	}
+	for _, r := range c.CurveRates {
+		if r < 1 || r > 1<<30 {
+			return fmt.Errorf("--curve-rates %d: want 1..%d", r, 1<<30)
+		}
+	}
+	if c.CurveDuration <= 0 || c.IdleDuration <= 0 {
+		return fmt.Errorf("--curve-duration %v, --idle-duration %v: want more than 0", c.CurveDuration, c.IdleDuration)
+	}
 	if c.MixedDuration <= 0 {
 		return fmt.Errorf("--mixed-duration %v: want more than 0", c.MixedDuration)
 	}
@@ -280,13 +304,15 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		plain
 		DatabaseURL   string `json:"database-url"`
 		MixedDuration string `json:"mixed-duration"`
+		CurveDuration string `json:"curve-duration"`
+		IdleDuration  string `json:"idle-duration"`
 		FloorDuration string `json:"floor-duration"`
 		StallTimeout  string `json:"stall-timeout"`
 		SoakDuration  string `json:"soak-duration"`
 		SoakSample    string `json:"soak-sample"`
 		SoakWarmup    string `json:"soak-warmup"`
 		Retention     string `json:"retention-interval"`
-	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.FloorDuration.String(), c.StallTimeout.String(),
+	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.CurveDuration.String(), c.IdleDuration.String(), c.FloorDuration.String(), c.StallTimeout.String(),
 		c.SoakDuration.String(), c.SoakSample.String(), c.SoakWarmup.String(), c.RetentionInterval.String()})
 }
 

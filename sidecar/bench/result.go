@@ -85,6 +85,10 @@ type Result struct {
 	Pushed       int64   `json:"pushed,omitempty"`
 	PushedPerSec float64 `json:"pushedPerSec,omitempty"`
 
+	// Curve has the curve's figures at each rate; Idle the idle scenario's.
+	Curve []CurvePoint `json:"curve,omitempty"`
+	Idle  *IdleFigures `json:"idle,omitempty"`
+
 	// Soak is the soak's samples of the tables, and its verdict on them.
 	Soak *SoakReport `json:"soak,omitempty"`
 }

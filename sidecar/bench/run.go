@@ -41,6 +41,8 @@ var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioPopAck:     (*bench).scenarioPopAck,
 	ScenarioAutoAck:    (*bench).scenarioAutoAck,
 	ScenarioMixed:      (*bench).scenarioMixed,
+	ScenarioCurve:      (*bench).scenarioCurve,
+	ScenarioIdle:       (*bench).scenarioIdle,
 	ScenarioLatency:    (*bench).scenarioLatency,
 	ScenarioPartitions: (*bench).scenarioPartitions,
 	ScenarioFanout:     (*bench).scenarioFanout,

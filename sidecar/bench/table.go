@@ -76,6 +76,14 @@ func printTable(w io.Writer, rep *Report) {
 		fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
 	}
 	tw.Flush()
+	for _, r := range rep.Scenarios {
+		if len(r.Curve) > 0 {
+			printCurve(w, r.Curve)
+		}
+		if r.Idle != nil {
+			fmt.Fprintf(w, "\nidle: %s\n", idleLine(r.Idle))
+		}
+	}
 	fmt.Fprint(w, `
 req:       latency of the requests that make the scenario: push for push, mixed (producers), latency and
            partitions; pop and ack for popack and fanout; pop for autoack (per operation in the JSON)
@@ -127,4 +135,36 @@ func thousands(v float64) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// printCurve is the curve's own table: per offered rate, what was
+// delivered, how fast, at what cost a message, and to how many partitions.
+func printCurve(w io.Writer, points []CurvePoint) {
+	fmt.Fprintln(w, "\ncurve (mixed's producers and consumers at each offered rate):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "offered/s\tdelivered/s\tleft\tdrain s\tdeliv p50 ms\tdeliv p99 ms\tdeliv max ms\t"+
+		"push p50 ms\tpg µs/msg\tsidecar µs/msg\tpartitions served/pushed\terrors\t")
+	for _, p := range points {
+		d50, d99, dmax := latencyCols(p.Delivery)
+		push50, _, _ := latencyCols(p.Push)
+		drain := fmt.Sprintf("%.2f", p.DrainSeconds)
+		if !p.Drained {
+			drain = ">" + drain
+		}
+		fmt.Fprintln(tw, strings.Join([]string{
+			thousands(float64(p.OfferedPerSec)), thousands(p.DeliveredPerSec), thousands(float64(p.Left)), drain,
+			d50, d99, dmax, push50, opt(p.PostgresMicrosPer, "%.1f"), opt(p.SidecarMicrosPer, "%.1f"),
+			fmt.Sprintf("%s/%s", thousands(float64(p.PartitionsServed)), thousands(float64(p.PartitionsPushed))),
+			strconv.FormatInt(p.Errors, 10),
+		}, "\t")+"\t")
+	}
+	tw.Flush()
+}
+
+// curveLine reports one point of the curve as soon as it is measured.
+func curveLine(p CurvePoint) string {
+	d50, d99, _ := latencyCols(p.Delivery)
+	return fmt.Sprintf("%s msg/s offered: %s delivered/s, %s left, delivery p50 %s ms p99 %s ms, PostgreSQL %s µs and sidecar %s µs a message, %d of %d partitions served",
+		thousands(float64(p.OfferedPerSec)), thousands(p.DeliveredPerSec), thousands(float64(p.Left)), d50, d99,
+		opt(p.PostgresMicrosPer, "%.1f"), opt(p.SidecarMicrosPer, "%.1f"), p.PartitionsServed, p.PartitionsPushed)
 }

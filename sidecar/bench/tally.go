@@ -23,6 +23,9 @@ type tally struct {
 	redelivered int64
 	emptyPops   int64
 	pushed      int64 // by the producers of a scenario that also consumes
+	// partitions, when not nil, collects the partitions delivered from.
+	partitions   map[string]struct{}
+	lastDelivery time.Time
 }
 
 func newTally() *tally { return &tally{requests: map[string][]time.Duration{}} }
@@ -45,7 +48,13 @@ func (t *tally) failf(format string, args ...any) {
 // each took from its push.
 func (t *tally) delivered(msgs []queenside.Message, at time.Time) {
 	t.messages += int64(len(msgs))
+	if len(msgs) > 0 {
+		t.lastDelivery = at
+	}
 	for _, m := range msgs {
+		if t.partitions != nil {
+			t.partitions[m.Partition] = struct{}{}
+		}
 		if sent, ok := sentAt(m.Payload); ok {
 			t.delivery = append(t.delivery, at.Sub(sent))
 		}
@@ -67,6 +76,17 @@ func (t *tally) merge(others ...*tally) *tally {
 		t.redelivered += o.redelivered
 		t.emptyPops += o.emptyPops
 		t.pushed += o.pushed
+		if o.partitions != nil {
+			if t.partitions == nil {
+				t.partitions = map[string]struct{}{}
+			}
+			for p := range o.partitions {
+				t.partitions[p] = struct{}{}
+			}
+		}
+		if o.lastDelivery.After(t.lastDelivery) {
+			t.lastDelivery = o.lastDelivery
+		}
 		for _, s := range o.samples {
 			if len(t.samples) < maxSamples && !slices.Contains(t.samples, s) {
 				t.samples = append(t.samples, s)

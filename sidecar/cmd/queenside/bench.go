@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -37,6 +38,9 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "mixed-consumers", Value: d.MixedConsumers, Usage: "consumer connections of mixed"},
 			&cli.IntFlag{Name: "mixed-pop-partitions", Value: d.MixedPopPartitions, Usage: "partitions per pop of mixed"},
 			&cli.IntFlag{Name: "mixed-wait-ms", Value: d.MixedWaitMs, Usage: "long-poll wait of the mixed consumers"},
+			&cli.StringFlag{Name: "curve-rates", Value: joinInts(d.CurveRates), Usage: "comma-separated offered rates (messages/s) of curve"},
+			&cli.DurationFlag{Name: "curve-duration", Value: d.CurveDuration, Usage: "how long curve runs each rate"},
+			&cli.DurationFlag{Name: "idle-duration", Value: d.IdleDuration, Usage: "how long idle watches consumers long-polling an empty queue"},
 			&cli.IntFlag{Name: "latency-requests", Value: d.LatencyRequests, Usage: "single-message pushes of latency"},
 			&cli.IntFlag{Name: "scale-partitions", Value: d.ScalePartitions, Usage: "partitions of the partitions scenario"},
 			&cli.IntFlag{Name: "fanout-groups", Value: d.FanoutGroups, Usage: "consumer groups of fanout"},
@@ -71,6 +75,10 @@ func runBench(c *cli.Context) error {
 			scenarios = append(scenarios, s)
 		}
 	}
+	rates, err := splitInts(c.String("curve-rates"))
+	if err != nil {
+		return exitError("bench: --curve-rates: %v", err)
+	}
 	cfg := bench.Config{
 		DatabaseURL:              c.String("database-url"),
 		Socket:                   c.String("socket"),
@@ -93,6 +101,9 @@ func runBench(c *cli.Context) error {
 		MixedConsumers:           c.Int("mixed-consumers"),
 		MixedPopPartitions:       c.Int("mixed-pop-partitions"),
 		MixedWaitMs:              c.Int("mixed-wait-ms"),
+		CurveRates:               rates,
+		CurveDuration:            c.Duration("curve-duration"),
+		IdleDuration:             c.Duration("idle-duration"),
 		LatencyRequests:          c.Int("latency-requests"),
 		ScalePartitions:          c.Int("scale-partitions"),
 		FanoutGroups:             c.Int("fanout-groups"),
@@ -118,4 +129,27 @@ func runBench(c *cli.Context) error {
 		return exitError("bench: %v", err)
 	}
 	return nil
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func splitInts(s string) ([]int, error) {
+	var xs []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		x, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		xs = append(xs, x)
+	}
+	return xs, nil
 }

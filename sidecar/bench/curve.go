@@ -1,0 +1,242 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	queenside "github.com/queenside/queenside/clients/go"
+)
+
+// The curve: the live queue (mixed's producers and consumers at once) at a
+// sweep of offered rates, each on a fresh queue whose partitions and group
+// already exist. A broker spends its life at rates well below its ceiling,
+// so what a message costs and how long it takes there matters as much as
+// the ceiling itself.
+
+// CurvePoint is the live queue at one offered rate.
+type CurvePoint struct {
+	OfferedPerSec int     `json:"offeredPerSec"`
+	Seconds       float64 `json:"seconds"` // the producers' window
+	Pushed        int64   `json:"pushed"`
+	// Delivered counts deliveries inside the window; DeliveredPerSec is
+	// that over Seconds.
+	Delivered       int64   `json:"delivered"`
+	DeliveredPerSec float64 `json:"deliveredPerSec"`
+	// Left is what was pushed in the window and not delivered in it: about
+	// the rate times the delivery time while consumers keep up, growing
+	// with the window when they do not. DrainSeconds is how long the
+	// consumers then took to deliver it (they get at most curveDrain).
+	Left         int64           `json:"left"`
+	DrainSeconds float64         `json:"drainSeconds"`
+	Drained      bool            `json:"drained"`
+	Delivery     *LatencySummary `json:"delivery"` // every message, those drained after the window too
+	Push         *LatencySummary `json:"push"`
+	Pop          *LatencySummary `json:"pop"`
+	Ack          *LatencySummary `json:"ack"`
+	// CPU over the window, and per message delivered in it.
+	PostgresCPUSeconds *float64 `json:"postgresCpuSeconds"`
+	SidecarCPUSeconds  *float64 `json:"sidecarCpuSeconds"`
+	PostgresMicrosPer  *float64 `json:"postgresMicrosPerMessage"`
+	SidecarMicrosPer   *float64 `json:"sidecarMicrosPerMessage"`
+	// Fairness: the partitions that were pushed to in the window, and how
+	// many of them were delivered from (in the window or the drain).
+	PartitionsPushed int   `json:"partitionsPushed"`
+	PartitionsServed int   `json:"partitionsServed"`
+	EmptyPops        int64 `json:"emptyPops"`
+	Redelivered      int64 `json:"redelivered"`
+	Errors           int64 `json:"errors"`
+
+	benchCPUSeconds     *float64
+	sidecarPeakRSSBytes *int64
+}
+
+// curveDrain bounds how long the consumers of a curve point get, after the
+// producers stop, to deliver what is left.
+const curveDrain = 10 * time.Second
+
+// scenarioCurve runs every rate of cfg.CurveRates in turn. Its headline
+// figures add the points up; the points are in r.Curve.
+func (b *bench) scenarioCurve(ctx context.Context) Result {
+	r := Result{Name: ScenarioCurve}
+	var all *tally
+	for _, rate := range b.cfg.CurveRates {
+		if ctx.Err() != nil {
+			break
+		}
+		p, t := b.curvePoint(ctx, rate)
+		r.Curve = append(r.Curve, p)
+		fmt.Fprintf(b.out, "  %s\n", curveLine(p))
+		if all == nil {
+			all = t
+		} else {
+			all.merge(t)
+		}
+		r.Seconds += p.Seconds
+		r.PostgresCPUSeconds = addOpt(r.PostgresCPUSeconds, p.PostgresCPUSeconds)
+		r.SidecarCPUSeconds = addOpt(r.SidecarCPUSeconds, p.SidecarCPUSeconds)
+		r.BenchCPUSeconds = addOpt(r.BenchCPUSeconds, p.benchCPUSeconds)
+		r.SidecarPeakRSSBytes = p.sidecarPeakRSSBytes
+		r.Pushed += p.Pushed
+	}
+	if all != nil {
+		pushed := r.Pushed
+		r.absorb(all, "push")
+		r.Pushed = pushed
+	}
+	return r
+}
+
+// curvePoint measures one offered rate on a queue of its own.
+func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
+	p := CurvePoint{OfferedPerSec: rate}
+	name := fmt.Sprintf("%s-%d", ScenarioCurve, rate)
+	queue := b.queue(name)
+	fail := func(err error) (CurvePoint, *tally) {
+		t := newTally()
+		t.failf("%s: %v", name, err)
+		p.Errors = t.errors
+		return p, t
+	}
+	producers, doneP, err := dial(ctx, b.socket, b.cfg.MixedProducers)
+	if err != nil {
+		return fail(err)
+	}
+	defer doneP()
+	consumers, doneC, err := dial(ctx, b.socket, b.cfg.MixedConsumers)
+	if err != nil {
+		return fail(err)
+	}
+	defer doneC()
+	args := queenside.PopArgs{Queue: queue, Group: ScenarioCurve, Batch: b.cfg.PopBatch, Partitions: b.cfg.MixedPopPartitions}
+	if err := b.warmQueue(ctx, producers, consumers[0], queue, b.cfg.MixedPartitions, args); err != nil {
+		return fail(err)
+	}
+
+	bt := b.newBatcher(queue, name, b.cfg.MixedPartitions)
+	m := b.probe.start()
+	end := time.Now().Add(b.cfg.CurveDuration)
+	var inWindow, drained atomic.Int64
+	pushedTotal := atomic.Int64{}
+	pushedTotal.Store(-1) // unknown until the producers are done
+	var pushed, consumed *tally
+	var wg sync.WaitGroup
+	wg.Go(func() { // the CPU of the window, and nothing after it
+		time.Sleep(time.Until(end))
+		var r Result
+		m.stop(&r)
+		p.PostgresCPUSeconds, p.SidecarCPUSeconds = r.PostgresCPUSeconds, r.SidecarCPUSeconds
+		p.benchCPUSeconds, p.sidecarPeakRSSBytes = r.BenchCPUSeconds, r.SidecarPeakRSSBytes
+	})
+	wg.Go(func() {
+		pushed = b.produce(ctx, producers, bt, rate, end)
+		pushedTotal.Store(pushed.messages)
+	})
+	wg.Go(func() {
+		drainEnd := end.Add(curveDrain)
+		consumed = workers(consumers, b.cfg.Inflight, func(_ int, c *queenside.Client, t *tally) {
+			t.partitions = map[string]struct{}{}
+			for ctx.Err() == nil && time.Now().Before(drainEnd) {
+				if all := pushedTotal.Load(); all >= 0 && inWindow.Load()+drained.Load() >= all {
+					return
+				}
+				a := args
+				if left := time.Until(end); left > 0 {
+					a.WaitMs = min(b.cfg.MixedWaitMs, int(left/time.Millisecond)+1)
+				} else {
+					a.WaitMs = 100 // draining: look again soon, and stop once all is in
+				}
+				n := popAndAck(ctx, c, t, a)
+				switch {
+				case n == 0:
+					t.emptyPops++
+				case time.Now().Before(end):
+					inWindow.Add(int64(n))
+				default:
+					drained.Add(int64(n))
+				}
+			}
+		})
+	})
+	wg.Wait()
+	p.Seconds = b.cfg.CurveDuration.Seconds()
+	p.Pushed = pushed.messages
+	p.Delivered = inWindow.Load()
+	p.DeliveredPerSec = float64(p.Delivered) / p.Seconds
+	p.Left = p.Pushed - p.Delivered
+	p.Drained = p.Delivered+drained.Load() >= p.Pushed
+	p.DrainSeconds = curveDrain.Seconds()
+	if p.Drained {
+		p.DrainSeconds = max(consumed.lastDelivery.Sub(end).Seconds(), 0)
+	}
+	p.PartitionsPushed = min(int(p.Pushed), b.cfg.MixedPartitions) // message k goes to partition k mod the count
+	p.PartitionsServed = len(consumed.partitions)
+	if p.Delivered > 0 {
+		if v := p.PostgresCPUSeconds; v != nil {
+			p.PostgresMicrosPer = ptr(*v / float64(p.Delivered) * 1e6)
+		}
+		if v := p.SidecarCPUSeconds; v != nil {
+			p.SidecarMicrosPer = ptr(*v / float64(p.Delivered) * 1e6)
+		}
+	}
+	all := pushed.merge(consumed)
+	p.Delivery = summarize(all.delivery)
+	p.Push = summarize(all.requests["push"])
+	p.Pop = summarize(all.requests["pop"])
+	p.Ack = summarize(all.requests["ack"])
+	p.EmptyPops = all.emptyPops
+	p.Redelivered = all.redelivered
+	p.Errors = all.errors
+	// The producers' queued items are what the scenario pushed; its
+	// messages are deliveries.
+	all.pushed, all.messages = all.messages-consumed.messages, consumed.messages
+	return p, all
+}
+
+// warmQueue gives a fresh queue its partitions and the consumers' group,
+// outside any measurement: one message to each partition, all consumed.
+// The measured part then starts from the steady state of a live queue
+// rather than from creating it.
+func (b *bench) warmQueue(ctx context.Context, producers []*queenside.Client, consumer *queenside.Client,
+	queue string, partitions int, args queenside.PopArgs) error {
+	if err := configure(ctx, producers[0], queue); err != nil {
+		return err
+	}
+	// The group first, so that it reads the warm-up messages from offset 0.
+	a := args
+	a.WaitMs = 0
+	if _, err := consumer.Pop(ctx, a); err != nil {
+		return fmt.Errorf("create the group: %w", err)
+	}
+	t := b.pushAll(ctx, producers, b.newBatcher(queue, "warm", partitions), int64(partitions))
+	if t.errors > 0 {
+		return fmt.Errorf("warm-up push: %s", t.samples[0])
+	}
+	a.Partitions, a.Batch = 100, 1000
+	for consumed := 0; consumed < partitions; {
+		n := popAndAck(ctx, consumer, t, a)
+		if t.errors > 0 {
+			return fmt.Errorf("warm-up consume: %s", t.samples[0])
+		}
+		if n == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			a.WaitMs = 1000
+		}
+		consumed += n
+	}
+	return nil
+}
+
+func addOpt(sum, v *float64) *float64 {
+	if v == nil {
+		return sum
+	}
+	if sum == nil {
+		return ptr(*v)
+	}
+	return ptr(*sum + *v)
+}
