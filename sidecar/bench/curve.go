@@ -33,9 +33,12 @@ type CurvePoint struct {
 	DrainSeconds float64         `json:"drainSeconds"`
 	Drained      bool            `json:"drained"`
 	Delivery     *LatencySummary `json:"delivery"` // every message, those drained after the window too
-	Push         *LatencySummary `json:"push"`
-	Pop          *LatencySummary `json:"pop"`
-	Ack          *LatencySummary `json:"ack"`
+	// AfterCommit is the part of Delivery after the push committed: from
+	// the message's commit time to the end of the pop that returned it.
+	AfterCommit *LatencySummary `json:"afterCommit"`
+	Push        *LatencySummary `json:"push"`
+	Pop         *LatencySummary `json:"pop"`
+	Ack         *LatencySummary `json:"ack"`
 	// CPU over the window, and per message delivered in it.
 	PostgresCPUSeconds *float64 `json:"postgresCpuSeconds"`
 	SidecarCPUSeconds  *float64 `json:"sidecarCpuSeconds"`
@@ -183,6 +186,7 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 	}
 	all := pushed.merge(consumed)
 	p.Delivery = summarize(all.delivery)
+	p.AfterCommit = summarize(all.afterCommit)
 	p.Push = summarize(all.requests["push"])
 	p.Pop = summarize(all.requests["pop"])
 	p.Ack = summarize(all.requests["ack"])

@@ -60,8 +60,13 @@ func (b *bench) produce(ctx context.Context, conns []*queenside.Client, bt batch
 		perWorker := float64(rate) / float64(len(conns)*b.cfg.Inflight)
 		interval = time.Duration(float64(batch) / perWorker * float64(time.Second))
 	}
+	workerCount := len(conns) * b.cfg.Inflight
+	begin := time.Now()
 	return workers(conns, b.cfg.Inflight, func(w int, c *queenside.Client, t *tally) {
-		start := time.Now()
+		// Each worker's schedule is offset by its share of the interval, so
+		// that together they offer the rate evenly rather than all at the
+		// same instants, in bursts of one batch a worker.
+		start := begin.Add(interval * time.Duration(w) / time.Duration(workerCount))
 		for i := 0; ctx.Err() == nil; i++ {
 			if interval > 0 {
 				// Paced against the start, not the last push, so a slow

@@ -17,6 +17,7 @@ const maxSamples = 5
 type tally struct {
 	requests    map[string][]time.Duration // by operation
 	delivery    []time.Duration            // push time in the payload to the pop that returned it
+	afterCommit []time.Duration            // commit time of the message to the pop that returned it
 	messages    int64                      // pushed and queued, or delivered
 	errors      int64
 	samples     []string
@@ -58,6 +59,9 @@ func (t *tally) delivered(msgs []queenside.Message, at time.Time) {
 		if sent, ok := sentAt(m.Payload); ok {
 			t.delivery = append(t.delivery, at.Sub(sent))
 		}
+		if !m.CommittedAt.IsZero() {
+			t.afterCommit = append(t.afterCommit, at.Sub(m.CommittedAt))
+		}
 		if m.Redelivered {
 			t.redelivered++
 		}
@@ -71,6 +75,7 @@ func (t *tally) merge(others ...*tally) *tally {
 			t.requests[op] = append(t.requests[op], d...)
 		}
 		t.delivery = append(t.delivery, o.delivery...)
+		t.afterCommit = append(t.afterCommit, o.afterCommit...)
 		t.messages += o.messages
 		t.errors += o.errors
 		t.redelivered += o.redelivered
