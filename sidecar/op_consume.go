@@ -8,10 +8,6 @@ import (
 	"github.com/queenside/queenside/sidecar/store"
 )
 
-// recheckInterval is how often a waiting pop looks at the database without
-// being woken: leases expire and delays elapse without any notification.
-const recheckInterval = time.Second
-
 func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 	a, err := protocol.DecodePopArgs(raw)
 	if err != nil {
@@ -21,39 +17,15 @@ func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 		Queue: a.Queue, Partition: a.Partition, Group: a.Group, Batch: a.Batch, Partitions: a.Partitions,
 		LeaseSeconds: a.LeaseSeconds, AutoAck: a.AutoAck, Mode: a.SubscriptionMode, From: a.SubscriptionFrom,
 	}
-	until := waitUntil(ctx, time.Duration(a.WaitMs)*time.Millisecond)
-	for {
-		woken := s.wakes.watch(a.Queue)
-		res, err := s.store.Pop(ctx, req, s.opts.MaxFrameBytes)
-		if err != nil {
-			return nil, err
-		}
-		if len(res.Messages) > 0 {
-			if ctx.Err() != nil {
-				// The client left while its leases were being granted: give
-				// them back now rather than after they expire.
-				s.releaseQuietly(res.Leases)
-				return nil, ctx.Err()
-			}
-			return res, nil
-		}
-		wait := time.Until(until)
-		if wait <= 0 {
-			return res, nil
-		}
-		timer := time.NewTimer(min(wait, recheckInterval))
-		select {
-		case <-woken:
-		case <-timer.C:
-		case <-s.drained:
-			timer.Stop()
-			return res, nil
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctx.Err()
-		}
-		timer.Stop()
+	until := time.Now()
+	if !s.draining.Load() {
+		until = waitUntil(ctx, time.Duration(a.WaitMs)*time.Millisecond)
 	}
+	res, err := s.pops.pop(ctx, req, until)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // waitUntil is when a long-poll answers empty: after wait, but before the

@@ -54,6 +54,7 @@ type Server struct {
 	draining atomic.Bool
 	drained  chan struct{} // closed when draining begins: ends long-polls
 	wakes    *wakeHub
+	pops     *popHub
 	active   atomic.Int64 // requests being served, across connections
 	// lastRequest is when a request was last read (Unix nanoseconds): a
 	// drain waits for a quiet moment, so that requests already on their way
@@ -91,6 +92,7 @@ func New(st *store.Store, opts Options) *Server {
 		drained:   make(chan struct{}),
 		wakes:     newWakeHub(),
 	}
+	s.pops = newPopHub(s)
 	s.ops = s.operations()
 	s.metrics = newMetrics(s)
 	go st.Listen(ctx, s.wakes.wake, s.wakes.wakeAll)

@@ -15,13 +15,6 @@ import (
 const ackSQL = `SELECT idx, success, code, dead_lettered, released, cursor_offset
 FROM queenside.ack_call($1, $2, $3, $4, $5, $6, $7, $8)`
 
-// Ack applies an ack call in one transaction, one statement: one cursor
-// update per lease, leases locked in (group, partition) order so two calls
-// cannot deadlock.
-func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
-	return ackThrough(ctx, s.pool, items)
-}
-
 // ackCall is one call of queenside.ack_call: the leases named by the items
 // (a slot each, from 1) and the items that name a lease that can exist.
 type ackCall struct {
@@ -35,8 +28,23 @@ type ackCall struct {
 // ackThrough applies an ack call through q: the pool, where the statement
 // is its own transaction, or a transaction it is part of.
 func ackThrough(ctx context.Context, q querier, items []protocol.AckItem) (protocol.AckResult, error) {
+	c, res := newAckCall(items)
+	if len(c.sent) == 0 {
+		return res, nil
+	}
+	rows, err := q.Query(ctx, ackSQL, c.args(items)...)
+	if err != nil {
+		return res, fmt.Errorf("ack: %w", err)
+	}
+	return c.finish(rows, res)
+}
+
+// newAckCall sorts an ack call's items into the leases they name, and
+// answers at once the items naming a lease that cannot exist. The call has
+// nothing to send when no item is left.
+func newAckCall(items []protocol.AckItem) (*ackCall, protocol.AckResult) {
 	res := protocol.AckResult{Results: make([]protocol.AckItemResult, len(items)), Leases: []protocol.LeaseState{}}
-	var c ackCall
+	c := &ackCall{}
 	slotOf := map[string]int32{}
 	for i, it := range items {
 		res.Results[i] = protocol.AckItemResult{Index: i}
@@ -55,13 +63,11 @@ func ackThrough(ctx context.Context, q querier, items []protocol.AckItem) (proto
 		c.sent = append(c.sent, i)
 		c.slots = append(c.slots, slot)
 	}
-	if len(c.sent) == 0 {
-		return res, nil
-	}
-	rows, err := q.Query(ctx, ackSQL, c.args(items)...)
-	if err != nil {
-		return res, fmt.Errorf("ack: %w", err)
-	}
+	return c, res
+}
+
+// finish reads the answer of ackSQL into res.
+func (c *ackCall) finish(rows pgx.Rows, res protocol.AckResult) (protocol.AckResult, error) {
 	states, err := c.read(rows, res.Results)
 	if err != nil {
 		return res, fmt.Errorf("ack: %w", err)

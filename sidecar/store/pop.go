@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,36 +30,89 @@ type PopRequest struct {
 	From         *time.Time
 }
 
-const popSQL = `SELECT partition_id, partition_name, lease_id, lease_from, lease_to, lease_expires_at,
-	head_attempts, seen_to, first_offset, committed_at, message_ids, transaction_ids, payloads, trace_ids, headers
-FROM queenside.pop($1, $2, $3, $4, $5, $6)`
+const popSQL = `SELECT request, serve_order, partition_id, partition_name, lease_id, lease_from, lease_to,
+	lease_expires_at, head_attempts, seen_to, first_offset, committed_at, message_ids, transaction_ids, payloads,
+	trace_ids, headers
+FROM queenside.pop_many($1, $2, $3, $4, $5, $6)`
 
 // ErrMessageTooLarge means the next message alone would not fit in a
 // response frame: it cannot be delivered until the limit is raised.
 var ErrMessageTooLarge = errors.New("store: message larger than the response limit")
 
-// Pop delivers messages to a group in one transaction: see queenside.pop.
+// PopKey is what pops must share to be served by one call of
+// queenside.pop_many: everything but their batch and number of partitions.
+type PopKey struct {
+	Queue, Partition, Group, Mode string
+	From                          int64 // UnixNano of PopRequest.From; 0 for none
+	LeaseSeconds                  int
+	AutoAck                       bool
+}
+
+// Key returns the pops r can be served with.
+func (r PopRequest) Key() PopKey {
+	k := PopKey{Queue: r.Queue, Partition: r.Partition, Group: r.Group, Mode: r.Mode,
+		LeaseSeconds: r.LeaseSeconds, AutoAck: r.AutoAck}
+	if r.From != nil {
+		k.From = r.From.UnixNano()
+	}
+	return k
+}
+
+// Pop delivers messages to a group in one transaction: see queenside.pop_many.
 // The result must fit in maxBytes once encoded: the transaction commits
 // only if it does, and is rolled back and retried with fewer messages if
 // not, so a result too large to send never moves a cursor or holds a lease.
 func (s *Store) Pop(ctx context.Context, r PopRequest, maxBytes int) (protocol.PopResult, error) {
 	for {
-		res, size, err := s.popOnce(ctx, r, maxBytes)
-		if isNoData(err) { // a cached group or partition is gone
-			s.groups.reset()
-			s.parts.reset()
-			res, size, err = s.popOnce(ctx, r, maxBytes)
+		res, sizes, err := s.popRetrying(ctx, []PopRequest{r}, maxBytes)
+		if err != nil {
+			return protocol.PopResult{}, err
 		}
-		if err != nil || size <= maxBytes {
-			return res, err
+		if sizes[0] <= maxBytes {
+			return res[0], nil
 		}
-		if len(res.Messages) <= 1 {
-			m := res.Messages[0]
+		if len(res[0].Messages) <= 1 {
+			m := res[0].Messages[0]
 			return protocol.PopResult{}, fmt.Errorf("%w: %s/%s offset %d needs about %d bytes, the limit is %d",
-				ErrMessageTooLarge, m.Queue, m.Partition, m.Offset, size, maxBytes)
+				ErrMessageTooLarge, m.Queue, m.Partition, m.Offset, sizes[0], maxBytes)
 		}
-		r.Batch = len(res.Messages) / 2
+		r.Batch = len(res[0].Messages) / 2
 	}
+}
+
+// popAlone serves several pops of one PopKey in a transaction of their own,
+// the first request getting the partitions whose messages waited longest,
+// and returns each its result or its error. When one of the results would
+// not fit in maxBytes, nothing is kept and each request is served alone as
+// Pop serves it.
+func (s *Store) popAlone(ctx context.Context, reqs []PopRequest, maxBytes int) ([]protocol.PopResult, []error) {
+	errs := make([]error, len(reqs))
+	res, sizes, err := s.popRetrying(ctx, reqs, maxBytes)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return make([]protocol.PopResult, len(reqs)), errs
+	}
+	if slices.Max(sizes) <= maxBytes {
+		return res, errs
+	}
+	for i, r := range reqs {
+		res[i], errs[i] = s.Pop(ctx, r, maxBytes)
+	}
+	return res, errs
+}
+
+// popRetrying is popOnce, looking the ids up again once when a cached one
+// names a group or partition that is gone.
+func (s *Store) popRetrying(ctx context.Context, reqs []PopRequest, maxBytes int) ([]protocol.PopResult, []int, error) {
+	res, sizes, err := s.popOnce(ctx, reqs, maxBytes)
+	if isNoData(err) {
+		s.groups.reset()
+		s.parts.reset()
+		res, sizes, err = s.popOnce(ctx, reqs, maxBytes)
+	}
+	return res, sizes, err
 }
 
 // resultBound is an upper bound of the encoded size of a pop result: each
@@ -77,29 +132,17 @@ func isNoData(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "P0002"
 }
 
-// popOnce runs one pop in an explicit transaction and commits it only if
-// the result's size bound is within maxBytes.
-func (s *Store) popOnce(ctx context.Context, r PopRequest, maxBytes int) (res protocol.PopResult, size int, err error) {
-	res = protocol.PopResult{Messages: []protocol.Message{}, Leases: []protocol.Lease{}}
-	ids, err := s.groupID(ctx, groupKey{r.Queue, r.Group}, r.Mode, r.From)
+// popOnce runs one call of pop_many in an explicit transaction and commits
+// it only if every result's size bound is within maxBytes; it returns the
+// results and their bounds either way.
+func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([]protocol.PopResult, []int, error) {
+	c, err := s.newPopCall(ctx, reqs)
 	if err != nil {
-		return res, 0, err
-	}
-	var partition *int64
-	if r.Partition != "" {
-		id, err := s.partitionID(ctx, partitionKey{r.Queue, r.Partition})
-		if err != nil {
-			return res, 0, err
-		}
-		partition = &id
-	}
-	var leaseSeconds *int
-	if r.LeaseSeconds > 0 {
-		leaseSeconds = &r.LeaseSeconds
+		return nil, nil, err
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return res, 0, fmt.Errorf("pop %s: %w", r.Queue, err)
+		return nil, nil, fmt.Errorf("pop %s: %w", reqs[0].Queue, err)
 	}
 	// A connection left inside a transaction by an error is destroyed by
 	// the pool on release, never reused.
@@ -107,91 +150,170 @@ func (s *Store) popOnce(ctx context.Context, r PopRequest, maxBytes int) (res pr
 	// BEGIN travels with the pop: one round trip, then COMMIT or ROLLBACK.
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	b.Queue(popSQL, ids.group, partition, r.Partitions, r.Batch, leaseSeconds, r.AutoAck)
+	c.queue(&b)
 	br := conn.SendBatch(ctx, &b)
-	headerBytes, err := readPop(br, r, ids, &res)
+	_, err = br.Exec()
+	var res []protocol.PopResult
+	var sizes []int
+	if err == nil {
+		res, sizes, err = c.read(br)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return res, 0, fmt.Errorf("pop %s: %w", r.Queue, err)
+		return nil, nil, fmt.Errorf("pop %s: %w", reqs[0].Queue, err)
 	}
-	size = resultBound(res, headerBytes)
 	end := "COMMIT"
-	if size > maxBytes {
+	if slices.Max(sizes) > maxBytes {
 		end = "ROLLBACK"
 	}
 	if _, err := conn.Exec(ctx, end); err != nil {
-		return res, 0, fmt.Errorf("pop %s: %s: %w", r.Queue, strings.ToLower(end), err)
+		return nil, nil, fmt.Errorf("pop %s: %s: %w", reqs[0].Queue, strings.ToLower(end), err)
 	}
-	return res, size, nil
+	return res, sizes, nil
 }
 
-// readPop reads the rows of queenside.pop into res and returns the bytes of
-// stored headers seen. Each row is a run of one segment's messages.
-func readPop(br pgx.BatchResults, r PopRequest, ids groupIDs, res *protocol.PopResult) (headerBytes int, err error) {
-	if _, err := br.Exec(); err != nil { // BEGIN
-		return 0, err
+// popCall is one call of queenside.pop_many, for pops of one PopKey.
+type popCall struct {
+	reqs                []PopRequest
+	ids                 groupIDs
+	partition           *int64
+	leaseSeconds        *int
+	partitions, batches []int32
+}
+
+// newPopCall looks up (or creates) the group and partition the pops name.
+func (s *Store) newPopCall(ctx context.Context, reqs []PopRequest) (*popCall, error) {
+	r := reqs[0]
+	c := &popCall{reqs: reqs, partitions: make([]int32, len(reqs)), batches: make([]int32, len(reqs))}
+	var err error
+	if c.ids, err = s.groupID(ctx, groupKey{r.Queue, r.Group}, r.Mode, r.From); err != nil {
+		return nil, err
 	}
+	if r.Partition != "" {
+		id, err := s.partitionID(ctx, partitionKey{r.Queue, r.Partition})
+		if err != nil {
+			return nil, err
+		}
+		c.partition = &id
+	}
+	if r.LeaseSeconds > 0 {
+		c.leaseSeconds = &r.LeaseSeconds
+	}
+	for i, q := range reqs {
+		c.partitions[i], c.batches[i] = int32(q.Partitions), int32(q.Batch)
+	}
+	return c, nil
+}
+
+func (c *popCall) queue(b *pgx.Batch) {
+	b.Queue(popSQL, c.ids.group, c.partition, c.partitions, c.batches, c.leaseSeconds, c.reqs[0].AutoAck)
+}
+
+// read reads the call's answer into each request's result, and returns the
+// results' size bounds.
+func (c *popCall) read(br pgx.BatchResults) ([]protocol.PopResult, []int, error) {
+	runs, err := readPop(br)
+	if err != nil {
+		return nil, nil, err
+	}
+	return assemble(runs, c.reqs, c.ids)
+}
+
+// popRun is one row of queenside.pop_many: a run of one segment's
+// messages, for one request, with its partition's lease.
+type popRun struct {
+	request, order int32
+	partition      int64
+	name           string
+	lease          *[16]byte
+	from, to       *int64
+	expires        *time.Time
+	attempts       *int32
+	seenTo         int64
+	first          int64
+	committedAt    time.Time
+	mids           [][16]byte
+	txids          []string
+	payloads       [][]byte
+	traces         []*string
+	headers        [][]byte
+}
+
+func readPop(br pgx.BatchResults) ([]popRun, error) {
 	rows, err := br.Query()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer rows.Close()
-	lastPartition := int64(-1)
-	var leaseID string
+	var runs []popRun
 	for rows.Next() {
-		var (
-			pid         int64
-			pname       string
-			lease       *[16]byte
-			from, to    *int64
-			expires     *time.Time
-			attempts    *int32
-			seenTo      int64
-			first       int64
-			committedAt time.Time
-			mids        [][16]byte
-			txids       []string
-			payloads    [][]byte
-			traces      []*string
-			headers     [][]byte
-		)
-		if err := rows.Scan(&pid, &pname, &lease, &from, &to, &expires, &attempts, &seenTo,
-			&first, &committedAt, &mids, &txids, &payloads, &traces, &headers); err != nil {
-			return headerBytes, err
+		var u popRun
+		if err := rows.Scan(&u.request, &u.order, &u.partition, &u.name, &u.lease, &u.from, &u.to, &u.expires,
+			&u.attempts, &u.seenTo, &u.first, &u.committedAt, &u.mids, &u.txids, &u.payloads, &u.traces, &u.headers); err != nil {
+			return nil, err
 		}
-		if pid != lastPartition {
-			lastPartition, leaseID = pid, ""
-			if lease != nil {
-				leaseID = leaseRef{group: ids.group, partition: pid, id: *lease}.String()
-				res.Leases = append(res.Leases, protocol.Lease{
-					LeaseID: leaseID, Queue: r.Queue, Partition: pname, Group: r.Group,
-					FromOffset: *from, ToOffset: *to, ExpiresAt: *expires, HeadAttempts: int(*attempts),
+		if len(u.txids) != len(u.mids) || len(u.payloads) != len(u.mids) {
+			return nil, fmt.Errorf("segment of %s at %d has arrays of %d, %d and %d",
+				u.name, u.first, len(u.mids), len(u.txids), len(u.payloads))
+		}
+		runs = append(runs, u)
+	}
+	return runs, rows.Err()
+}
+
+// assemble turns the runs into each request's result, partitions in the
+// order they were served and each partition's messages in offset order,
+// and returns each result's size bound.
+func assemble(runs []popRun, reqs []PopRequest, ids groupIDs) ([]protocol.PopResult, []int, error) {
+	slices.SortFunc(runs, func(a, b popRun) int {
+		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.first, b.first))
+	})
+	res := make([]protocol.PopResult, len(reqs))
+	headerBytes := make([]int, len(reqs))
+	for i := range res {
+		res[i] = protocol.PopResult{Messages: []protocol.Message{}, Leases: []protocol.Lease{}}
+	}
+	lastOrder := int32(-1)
+	var leaseID string
+	for _, u := range runs {
+		if u.request < 1 || int(u.request) > len(reqs) {
+			return nil, nil, fmt.Errorf("answered request %d of %d", u.request, len(reqs))
+		}
+		q, out := reqs[u.request-1], &res[u.request-1]
+		if u.order != lastOrder {
+			lastOrder, leaseID = u.order, ""
+			if u.lease != nil {
+				leaseID = leaseRef{group: ids.group, partition: u.partition, id: *u.lease}.String()
+				out.Leases = append(out.Leases, protocol.Lease{
+					LeaseID: leaseID, Queue: q.Queue, Partition: u.name, Group: q.Group,
+					FromOffset: *u.from, ToOffset: *u.to, ExpiresAt: *u.expires, HeadAttempts: int(*u.attempts),
 				})
 			}
 		}
-		if len(txids) != len(mids) || len(payloads) != len(mids) {
-			return headerBytes, fmt.Errorf("segment of %s at %d has arrays of %d, %d and %d", pname, first, len(mids), len(txids), len(payloads))
-		}
-		for i := range mids {
+		for i := range u.mids {
 			m := protocol.Message{
-				Queue: r.Queue, Partition: pname, Offset: first + int64(i),
-				MessageID: uuid.UUID(mids[i]).String(), TransactionID: txids[i], Payload: payloads[i],
-				CommittedAt: committedAt, LeaseID: leaseID,
+				Queue: q.Queue, Partition: u.name, Offset: u.first + int64(i),
+				MessageID: uuid.UUID(u.mids[i]).String(), TransactionID: u.txids[i], Payload: u.payloads[i],
+				CommittedAt: u.committedAt, LeaseID: leaseID,
 			}
-			m.Redelivered = m.Offset <= seenTo
-			if i < len(traces) && traces[i] != nil {
-				m.TraceID = *traces[i]
+			m.Redelivered = m.Offset <= u.seenTo
+			if i < len(u.traces) && u.traces[i] != nil {
+				m.TraceID = *u.traces[i]
 			}
-			if i < len(headers) && headers[i] != nil {
-				headerBytes += len(headers[i])
-				if err := msgpack.Unmarshal(headers[i], &m.Headers); err != nil {
-					return headerBytes, fmt.Errorf("stored headers of offset %d: %w", m.Offset, err)
+			if i < len(u.headers) && u.headers[i] != nil {
+				headerBytes[u.request-1] += len(u.headers[i])
+				if err := msgpack.Unmarshal(u.headers[i], &m.Headers); err != nil {
+					return nil, nil, fmt.Errorf("stored headers of offset %d: %w", m.Offset, err)
 				}
 			}
-			res.Messages = append(res.Messages, m)
+			out.Messages = append(out.Messages, m)
 		}
 	}
-	return headerBytes, rows.Err()
+	sizes := make([]int, len(reqs))
+	for i := range res {
+		sizes[i] = resultBound(res[i], headerBytes[i])
+	}
+	return res, sizes, nil
 }

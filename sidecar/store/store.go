@@ -21,7 +21,8 @@ type Store struct {
 	parts  idCache[partitionKey, int64]
 	groups idCache[groupKey, groupIDs]
 	trips  *roundTrips
-	pushes chan *pushJob // to the group-commit workers
+	pushes chan *pushJob  // to the group-commit workers
+	rounds chan *roundJob // to the consumption round worker
 	gate   txGate
 	stop   context.CancelFunc
 }
@@ -43,12 +44,14 @@ func Open(ctx context.Context, url string, log hclog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	workers, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, log: log, trips: trips, pushes: make(chan *pushJob, pushQueueDepth), stop: stop}
+	s := &Store{pool: pool, log: log, trips: trips, pushes: make(chan *pushJob, pushQueueDepth),
+		rounds: make(chan *roundJob, roundQueueDepth), stop: stop}
 	s.runPushers(workers)
+	go s.runRounds(workers)
 	return s, nil
 }
 
-// Close stops the push workers and releases every connection.
+// Close stops the push and round workers and releases every connection.
 func (s *Store) Close() {
 	s.stop()
 	s.pool.Close()

@@ -1,0 +1,401 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// Consumption rounds. Pops and acks are fused as pushes are (fuse.go): what
+// is waiting when one round ends goes into the next, one transaction, so
+// that consumers asking at about the same moment share one commit, one
+// round trip and each statement's fixed cost. A round serves its pops
+// first, one call of pop_many per PopKey, then applies all its acks in one
+// call of ack_call. Up to roundWorkers rounds run at once, and an idle
+// sidecar runs a request's round at once.
+//
+// Fusing changes no outcome: pops of one key get partitions in the order
+// they arrived, exactly as one after the other; ack calls that name the
+// same lease never run at once (the later waits for the next round), so each
+// lease's items are applied as if every call ran alone; pops go first so a
+// round never moves a cursor twice. A round that fails on the data of one
+// request, or whose pop result would be too large, is run again request
+// by request, so that no request can fail another's.
+
+const (
+	roundQueueDepth = 1024
+	// maxRoundItems stops a round gathering more requests: messages asked
+	// for by its pops and items of its acks.
+	maxRoundItems = 20000
+)
+
+// roundJob is one request: a pop batch of one PopKey, or an ack call.
+type roundJob struct {
+	ctx      context.Context
+	pops     []PopRequest
+	maxBytes int
+	acks     []protocol.AckItem
+	done     chan roundResult // buffered: the worker never blocks on a departed caller
+}
+
+type roundResult struct {
+	pops    []protocol.PopResult
+	popErrs []error
+	ack     protocol.AckResult
+	err     error // of the ack call
+}
+
+// PopMany serves several pops of one PopKey, in a round: the first request
+// gets the partitions whose messages waited longest. It returns each
+// request its result or its error.
+func (s *Store) PopMany(ctx context.Context, reqs []PopRequest, maxBytes int) ([]protocol.PopResult, []error) {
+	r, err := s.round(ctx, &roundJob{pops: reqs, maxBytes: maxBytes})
+	if err != nil {
+		errs := make([]error, len(reqs))
+		for i := range errs {
+			errs[i] = err
+		}
+		return make([]protocol.PopResult, len(reqs)), errs
+	}
+	return r.pops, r.popErrs
+}
+
+// Ack applies an ack call in a round: one cursor update per lease, leases
+// locked in (group, partition) order so two rounds cannot deadlock.
+func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
+	r, err := s.round(ctx, &roundJob{acks: items})
+	if err != nil {
+		return protocol.AckResult{}, err
+	}
+	return r.ack, r.err
+}
+
+func (s *Store) round(ctx context.Context, job *roundJob) (roundResult, error) {
+	job.ctx, job.done = ctx, make(chan roundResult, 1)
+	select {
+	case s.rounds <- job:
+	case <-ctx.Done():
+		return roundResult{}, ctx.Err()
+	}
+	select {
+	case r := <-job.done:
+		return r, nil
+	case <-ctx.Done():
+		return roundResult{}, ctx.Err()
+	}
+}
+
+// roundWorkers is how many rounds may run at once: a pop round and an ack
+// round side by side keep a consumer's cycle short when both are busy.
+const roundWorkers = 2
+
+// roundLeases tracks the leases named by the ack calls of running rounds,
+// so that no two running rounds name the same lease.
+type roundLeases struct {
+	mu    sync.Mutex
+	busy  map[string]bool
+	freed *sync.Cond
+}
+
+func newRoundLeases() *roundLeases {
+	l := &roundLeases{busy: map[string]bool{}}
+	l.freed = sync.NewCond(&l.mu)
+	return l
+}
+
+// runRounds runs rounds until ctx ends.
+func (s *Store) runRounds(ctx context.Context) {
+	leases := newRoundLeases()
+	for range roundWorkers {
+		go s.roundWorker(ctx, leases)
+	}
+}
+
+func (s *Store) roundWorker(ctx context.Context, leases *roundLeases) {
+	var later []*roundJob // put off: they name a lease of another round
+	for {
+		jobs := later
+		if len(jobs) == 0 {
+			select {
+			case j := <-s.rounds:
+				jobs = []*roundJob{j}
+			case <-ctx.Done():
+				return
+			}
+		}
+		jobs, later = leases.gather(jobs, s.rounds)
+		if len(jobs) == 0 {
+			leases.await(later) // every one names a lease of a running round
+			continue
+		}
+		s.runRound(jobs)
+		leases.release(jobs)
+	}
+}
+
+// gather adds the requests waiting now to jobs, up to maxRoundItems, and
+// returns those to run together, their leases now busy, and those to put
+// off.
+func (l *roundLeases) gather(jobs []*roundJob, waiting <-chan *roundJob) (run, later []*roundJob) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	items := 0
+	add := func(j *roundJob) {
+		if l.anyBusy([]*roundJob{j}) {
+			later = append(later, j)
+			return
+		}
+		for _, it := range j.acks {
+			l.busy[it.LeaseID] = true
+		}
+		items += len(j.acks)
+		for _, r := range j.pops {
+			items += r.Batch
+		}
+		run = append(run, j)
+	}
+	for _, j := range jobs {
+		add(j)
+	}
+	for items < maxRoundItems {
+		select {
+		case j := <-waiting:
+			add(j)
+			continue
+		default:
+		}
+		break
+	}
+	return run, later
+}
+
+// await waits until the leases of jobs are no longer busy.
+func (l *roundLeases) await(jobs []*roundJob) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.anyBusy(jobs) {
+		l.freed.Wait()
+	}
+}
+
+func (l *roundLeases) anyBusy(jobs []*roundJob) bool {
+	for _, j := range jobs {
+		for _, it := range j.acks {
+			if l.busy[it.LeaseID] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (l *roundLeases) release(jobs []*roundJob) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, j := range jobs {
+		for _, it := range j.acks {
+			delete(l.busy, it.LeaseID)
+		}
+	}
+	l.freed.Broadcast()
+}
+
+// runRound runs jobs in one transaction and answers each, or, when that
+// cannot be, each alone.
+func (s *Store) runRound(jobs []*roundJob) {
+	live := jobs[:0]
+	for _, j := range jobs {
+		if err := j.ctx.Err(); err != nil {
+			j.done <- roundResult{err: err} // gave up before anything was written
+			continue
+		}
+		live = append(live, j)
+	}
+	switch {
+	case len(live) == 0:
+		return
+	case len(live) == 1: // the caller's own deadline bounds its transaction
+		s.runAlone(live[0])
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), fusedTxTimeout)
+	defer cancel()
+	answers, err := s.fusedRound(ctx, live)
+	switch {
+	case err != nil && IsUnavailable(err):
+		for _, j := range live {
+			j.done <- roundResult{err: err, pops: make([]protocol.PopResult, len(j.pops)), popErrs: repeat(err, len(j.pops))}
+		}
+	case err != nil:
+		// Something in one request's data failed the round, or a pop
+		// result would be too large: serve each request alone.
+		for _, j := range live {
+			s.runAlone(j)
+		}
+	default:
+		for i, j := range live {
+			j.done <- answers[i]
+		}
+	}
+}
+
+func (s *Store) runAlone(j *roundJob) {
+	var r roundResult
+	if j.pops != nil {
+		r.pops, r.popErrs = s.popAlone(j.ctx, j.pops, j.maxBytes)
+	} else {
+		r.ack, r.err = ackThrough(j.ctx, s.pool, j.acks)
+	}
+	j.done <- r
+}
+
+// errTooLarge marks a round rolled back because a pop result would not fit.
+var errTooLarge = fmt.Errorf("store: a pop result of the round is too large")
+
+// fusedRound runs jobs in one transaction: pops first, the pops of each key
+// in one call, then every ack in one call. It commits only if every pop
+// result fits in its request's limit.
+func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult, error) {
+	// The pops, grouped by key in order of arrival: each job's requests
+	// are a range of its key's call.
+	type popGroup struct {
+		reqs  []PopRequest
+		jobs  []int // indexes into jobs
+		first []int // each job's first request in reqs
+		call  *popCall
+	}
+	var groups []*popGroup
+	byKey := map[PopKey]*popGroup{}
+	var ackItems []protocol.AckItem
+	ackFrom := make([]int, len(jobs))
+	for i, j := range jobs {
+		if j.pops == nil {
+			ackFrom[i] = len(ackItems)
+			ackItems = append(ackItems, j.acks...)
+			continue
+		}
+		k := j.pops[0].Key()
+		g := byKey[k]
+		if g == nil {
+			g = &popGroup{}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.jobs, g.first = append(g.jobs, i), append(g.first, len(g.reqs))
+		g.reqs = append(g.reqs, j.pops...)
+	}
+	for _, g := range groups {
+		c, err := s.newPopCall(ctx, g.reqs)
+		if err != nil {
+			return nil, err
+		}
+		g.call = c
+	}
+	ack, ackRes := newAckCall(ackItems)
+
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("consume: %w", err)
+	}
+	// A connection left inside a transaction by an error is destroyed by
+	// the pool on release, never reused.
+	defer conn.Release()
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	for _, g := range groups {
+		g.call.queue(&b)
+	}
+	if len(ack.sent) > 0 {
+		b.Queue(ackSQL, ack.args(ackItems)...)
+	}
+	br := conn.SendBatch(ctx, &b)
+	answers := make([]roundResult, len(jobs))
+	tooLarge := false
+	err = func() error {
+		if _, err := br.Exec(); err != nil { // BEGIN
+			return err
+		}
+		for _, g := range groups {
+			res, sizes, err := g.call.read(br)
+			if err != nil {
+				return fmt.Errorf("pop %s: %w", g.reqs[0].Queue, err)
+			}
+			for n, i := range g.jobs {
+				to := len(g.reqs)
+				if n+1 < len(g.first) {
+					to = g.first[n+1]
+				}
+				answers[i].pops = res[g.first[n]:to]
+				answers[i].popErrs = make([]error, to-g.first[n])
+				tooLarge = tooLarge || slices.Max(sizes[g.first[n]:to]) > jobs[i].maxBytes
+			}
+		}
+		if len(ack.sent) > 0 {
+			rows, err := br.Query()
+			if err != nil {
+				return fmt.Errorf("ack: %w", err)
+			}
+			if ackRes, err = ack.finish(rows, ackRes); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && tooLarge {
+		err = errTooLarge
+	}
+	end := "COMMIT"
+	if err != nil {
+		end = "ROLLBACK"
+	}
+	if _, eerr := conn.Exec(ctx, end); eerr != nil && err == nil {
+		err = fmt.Errorf("consume: %s: %w", strings.ToLower(end), eerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range jobs {
+		if j.pops == nil {
+			answers[i].ack = splitAck(ackRes.Results[ackFrom[i]:ackFrom[i]+len(j.acks)], ackFrom[i], j.acks, ackRes.Leases)
+		}
+	}
+	return answers, nil
+}
+
+// splitAck is one call's share of a fused call's answer: its items'
+// results, numbered from 0 again, and the states of the leases it named,
+// in the order the fused answer has them.
+func splitAck(results []protocol.AckItemResult, from int, items []protocol.AckItem, leases []protocol.LeaseState) protocol.AckResult {
+	out := protocol.AckResult{Results: make([]protocol.AckItemResult, len(results)), Leases: []protocol.LeaseState{}}
+	for i, r := range results {
+		r.Index -= from
+		out.Results[i] = r
+	}
+	named := map[string]bool{}
+	for _, it := range items {
+		named[it.LeaseID] = true
+	}
+	for _, st := range leases {
+		if named[st.LeaseID] {
+			out.Leases = append(out.Leases, st)
+		}
+	}
+	return out
+}
+
+func repeat(err error, n int) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
