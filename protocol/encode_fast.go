@@ -86,6 +86,71 @@ func (it PushItem) EncodeMsgpack(e *msgpack.Encoder) error {
 	return w.failed
 }
 
+// EncodeMsgpack writes r as a map: its messages, then its leases.
+func (r PopResult) EncodeMsgpack(e *msgpack.Encoder) error {
+	w := fieldWriter{e: e}
+	w.mapLen(2)
+	w.key("messages")
+	if w.arrayLen(len(r.Messages), r.Messages == nil) {
+		for i := range r.Messages {
+			w.err(r.Messages[i].EncodeMsgpack(e))
+		}
+	}
+	w.key("leases")
+	if w.arrayLen(len(r.Leases), r.Leases == nil) {
+		for i := range r.Leases {
+			w.err(r.Leases[i].EncodeMsgpack(e))
+		}
+	}
+	return w.failed
+}
+
+// EncodeMsgpack writes l as a map.
+func (l Lease) EncodeMsgpack(e *msgpack.Encoder) error {
+	w := fieldWriter{e: e}
+	w.mapLen(8)
+	w.str("leaseId", l.LeaseID)
+	w.str("queue", l.Queue)
+	w.str("partition", l.Partition)
+	w.str("group", l.Group)
+	w.int("fromOffset", l.FromOffset)
+	w.int("toOffset", l.ToOffset)
+	w.key("expiresAt")
+	w.err(e.EncodeTime(l.ExpiresAt))
+	w.int("headAttempts", int64(l.HeadAttempts))
+	return w.failed
+}
+
+// EncodeMsgpack writes r as a map: its items' results, then its leases.
+func (r AckResult) EncodeMsgpack(e *msgpack.Encoder) error {
+	w := fieldWriter{e: e}
+	w.mapLen(2)
+	w.key("results")
+	if w.arrayLen(len(r.Results), r.Results == nil) {
+		for _, it := range r.Results {
+			w.mapLen(2 + boolInt(it.Code != "") + boolInt(it.DeadLettered))
+			w.int("index", int64(it.Index))
+			w.bool("success", it.Success)
+			if it.Code != "" {
+				w.str("code", it.Code)
+			}
+			if it.DeadLettered {
+				w.bool("deadLettered", true)
+			}
+		}
+	}
+	w.key("leases")
+	if w.arrayLen(len(r.Leases), r.Leases == nil) {
+		for _, l := range r.Leases {
+			w.mapLen(3)
+			w.str("leaseId", l.LeaseID)
+			w.bool("released", l.Released)
+			w.int("cursor", l.Cursor)
+		}
+	}
+	return w.failed
+}
+
 // fieldWriter writes map entries and keeps the first error.
 type fieldWriter struct {
 	e      *msgpack.Encoder
@@ -115,6 +180,22 @@ func (w *fieldWriter) raw(k string, v msgpack.RawMessage) {
 		return
 	}
 	w.err(v.EncodeMsgpack(w.e))
+}
+
+func (w *fieldWriter) bool(k string, v bool) {
+	w.key(k)
+	w.err(w.e.EncodeBool(v))
+}
+
+// arrayLen starts an array of n elements and reports whether they follow:
+// a nil slice is msgpack's nil, as reflection writes it.
+func (w *fieldWriter) arrayLen(n int, isNil bool) bool {
+	if isNil {
+		w.err(w.e.EncodeNil())
+		return false
+	}
+	w.err(w.e.EncodeArrayLen(n))
+	return true
 }
 
 func (w *fieldWriter) int(k string, v int64) {

@@ -41,6 +41,51 @@ func TestHandWrittenEncodersMatchReflection(t *testing.T) {
 	}
 }
 
+type (
+	reflectedPopResult struct {
+		Messages []Message        `msgpack:"messages"`
+		Leases   []reflectedLease `msgpack:"leases"`
+	}
+	reflectedLease     Lease
+	reflectedAckResult AckResult
+)
+
+func TestHandWrittenResultEncodersMatchReflection(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
+	leases := []Lease{{LeaseID: "1.2.abc", Queue: "q", Partition: "p", Group: "g", FromOffset: 0, ToOffset: 1 << 35,
+		ExpiresAt: at, HeadAttempts: 1000}}
+	pops := []PopResult{
+		{},
+		{Messages: []Message{}, Leases: []Lease{}},
+		{Messages: []Message{{Queue: "q", Partition: "p", Payload: mustRaw(t, 1), CommittedAt: at, LeaseID: "1.2.abc"}}, Leases: leases},
+	}
+	for i, r := range pops {
+		var ls []reflectedLease
+		for _, l := range r.Leases {
+			ls = append(ls, reflectedLease(l))
+		}
+		if r.Leases != nil && ls == nil {
+			ls = []reflectedLease{}
+		}
+		fast, slow := mustRaw(t, r), mustRaw(t, reflectedPopResult{Messages: r.Messages, Leases: ls})
+		if !bytes.Equal(fast, slow) {
+			t.Fatalf("pop result %d:\nhand %x\nrefl %x", i, fast, slow)
+		}
+	}
+	acks := []AckResult{
+		{},
+		{Results: []AckItemResult{}, Leases: []LeaseState{}},
+		{Results: []AckItemResult{{Index: 0, Success: true}, {Index: 300, Code: ItemLeaseExpired}, {Index: 2, Success: true, DeadLettered: true}},
+			Leases: []LeaseState{{LeaseID: "1.2.abc", Released: true, Cursor: 1 << 40}, {LeaseID: "x", Cursor: -1}}},
+	}
+	for i, r := range acks {
+		fast, slow := mustRaw(t, r), mustRaw(t, reflectedAckResult(r))
+		if !bytes.Equal(fast, slow) {
+			t.Fatalf("ack result %d:\nhand %x\nrefl %x", i, fast, slow)
+		}
+	}
+}
+
 type reflectedPushItem PushItem
 
 func TestHandWrittenPushItemEncoderMatchesReflection(t *testing.T) {

@@ -12,16 +12,24 @@ import (
 // Pops are served by a loop per store.PopKey (queue, group, partition and
 // the options a pop shares with others), not by each request on its own.
 // The pops waiting on a key when the loop looks at the database go into
-// one call of store.PopMany: those that just arrived, or, after a wake-up,
-// every pop still waiting. A push therefore wakes one loop per key on each
-// sidecar, which looks once, instead of every waiting pop looking on its
-// own; the first pop to arrive gets the partitions that waited longest.
+// one call of store.PopMany, in the order they arrived, the first getting
+// the partitions whose messages waited longest: those that just arrived,
+// or, after a wake-up, every pop still waiting. A push therefore wakes one
+// loop per key on each sidecar, which looks once, instead of every waiting
+// pop looking on its own.
 //
-// A loop takes the key's wake channel before it looks, so a push that
-// commits while it looks is never missed: the loop looks again at once.
-// It looks again every recheckInterval without a wake-up too, because
-// leases expire and delays elapse without any notification. It ends when
-// no pop waits.
+// At a trickle, one look at a time gathers every pop that arrives while it
+// runs, so a call serves many. When a key has a backlog (its last pop or
+// look filled at least half of what was asked), a pop goes to the database
+// at once, on its own, so that consumers draining it run side by side and
+// keep PostgreSQL's cores busy; it waits in the loop only if it finds
+// nothing.
+//
+// The loop takes the key's wake channel before it starts looks, so a push
+// that commits while they run is never missed: the loop looks again. It
+// looks again every recheckInterval without a wake-up too, because leases
+// expire and delays elapse without any notification. It ends when no pop
+// waits.
 
 // recheckInterval is how often waiting pops are served without a wake-up.
 const recheckInterval = time.Second
@@ -34,14 +42,20 @@ type popHub struct {
 	s     *Server
 	mu    sync.Mutex
 	loops map[store.PopKey]*popLoop
+	// backlog holds the keys whose last pop filled at least half of what
+	// was asked: their pops go to the database at once, each on its own.
+	backlog map[store.PopKey]bool
 }
 
-func newPopHub(s *Server) *popHub { return &popHub{s: s, loops: map[store.PopKey]*popLoop{}} }
+func newPopHub(s *Server) *popHub {
+	return &popHub{s: s, loops: map[store.PopKey]*popLoop{}, backlog: map[store.PopKey]bool{}}
+}
 
 // popLoop is the pops of one key; its fields are guarded by popHub.mu.
 type popLoop struct {
 	key     store.PopKey
 	waiters []*popWaiter // in arrival order
+	looks   int          // running: one at most
 	kick    chan struct{}
 }
 
@@ -49,7 +63,7 @@ type popWaiter struct {
 	req   store.PopRequest
 	until time.Time // answered empty then, if nothing came
 	// fresh: not looked for since the last wake-up, so the next look
-	// includes it. inFlight: in the look running now.
+	// includes it. inFlight: in a look running now.
 	fresh, inFlight bool
 	gone            bool // the request ended; its leases are given back
 	done            chan popAnswer
@@ -60,10 +74,53 @@ type popAnswer struct {
 	err error
 }
 
-// pop serves one pop request: at once, and then, while nothing comes,
-// each time its queue may have something, until until.
+// pop serves one pop request: at once, and then, while nothing comes, each
+// time its queue may have something, until until.
 func (h *popHub) pop(ctx context.Context, req store.PopRequest, until time.Time) (protocol.PopResult, error) {
-	w := &popWaiter{req: req, until: until, fresh: true, done: make(chan popAnswer, 1)}
+	h.mu.Lock()
+	backlog := h.backlog[req.Key()]
+	h.mu.Unlock()
+	if !backlog {
+		return h.wait(ctx, req, until, true)
+	}
+	// The wake channel is taken before the look: a push committed during
+	// it makes the request look again at once if it waits.
+	woken := h.s.wakes.watch(req.Key().Queue)
+	results, errs := h.s.store.PopMany(ctx, []store.PopRequest{req}, h.s.opts.MaxFrameBytes)
+	res, err := results[0], errs[0]
+	h.yielded(req.Key(), len(res.Messages), req.Batch)
+	if err != nil || len(res.Messages) > 0 || !time.Now().Before(until) || h.s.draining.Load() {
+		if err == nil && len(res.Leases) > 0 && ctx.Err() != nil {
+			// The client left while its leases were being granted: give
+			// them back now rather than after they expire.
+			h.s.releaseQuietly(res.Leases)
+			return protocol.PopResult{}, ctx.Err()
+		}
+		return res, err
+	}
+	fresh := false
+	select {
+	case <-woken:
+		fresh = true
+	default:
+	}
+	return h.wait(ctx, req, until, fresh)
+}
+
+// yielded records whether pops of key now meet a backlog.
+func (h *popHub) yielded(key store.PopKey, got, asked int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if 2*got >= asked {
+		h.backlog[key] = true
+	} else {
+		delete(h.backlog, key)
+	}
+}
+
+// wait has the loop of the request's key serve it, until until.
+func (h *popHub) wait(ctx context.Context, req store.PopRequest, until time.Time, fresh bool) (protocol.PopResult, error) {
+	w := &popWaiter{req: req, until: until, fresh: fresh, done: make(chan popAnswer, 1)}
 	h.mu.Lock()
 	l := h.loops[req.Key()]
 	if l == nil {
@@ -116,29 +173,16 @@ func (l *popLoop) remove(w *popWaiter) {
 	}
 }
 
-// run looks for the loop's fresh pops until none waits.
+// run starts the loop's looks until no pop waits.
 func (h *popHub) run(l *popLoop) {
 	recheck := time.NewTimer(recheckInterval)
 	defer recheck.Stop()
+	drained := h.s.drained
 	for {
 		woken := h.s.wakes.watch(l.key.Queue)
-		if !h.look(l) {
+		next, ok := h.step(l)
+		if !ok {
 			return
-		}
-		h.mu.Lock()
-		next := time.Time{}
-		for _, w := range l.waiters {
-			if next.IsZero() || w.until.Before(next) {
-				next = w.until
-			}
-		}
-		anyFresh := false
-		for _, w := range l.waiters {
-			anyFresh = anyFresh || w.fresh
-		}
-		h.mu.Unlock()
-		if anyFresh {
-			continue // arrived during the look
 		}
 		due := time.NewTimer(time.Until(next))
 		select {
@@ -149,11 +193,54 @@ func (h *popHub) run(l *popLoop) {
 			h.refresh(l)
 		case <-l.kick:
 		case <-due.C:
-		case <-h.s.drained:
+		case <-drained:
+			drained = nil // once: waiting pops are answered as their looks end
 			h.refresh(l)
 		}
 		due.Stop()
 	}
+}
+
+// step answers the pops whose time is up, starts the looks the loop may
+// start, and returns when the next pop's time is up; false, with the loop
+// removed, when no pop waits and no look runs.
+func (h *popHub) step(l *popLoop) (time.Time, bool) {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	kept := l.waiters[:0]
+	for _, w := range l.waiters {
+		if !w.fresh && !w.inFlight && !now.Before(w.until) {
+			w.done <- popAnswer{res: emptyPop()}
+			continue
+		}
+		kept = append(kept, w)
+	}
+	l.waiters = kept
+	if len(l.waiters) == 0 && l.looks == 0 {
+		delete(h.loops, l.key)
+		return time.Time{}, false
+	}
+	if l.looks == 0 {
+		var batch []*popWaiter
+		for _, w := range l.waiters {
+			if w.fresh && !w.inFlight {
+				w.fresh, w.inFlight = false, true
+				batch = append(batch, w)
+			}
+		}
+		if len(batch) > 0 {
+			l.looks++
+			go h.look(l, batch)
+		}
+	}
+	next := now.Add(recheckInterval)
+	for _, w := range l.waiters {
+		if !w.inFlight && w.until.Before(next) {
+			next = w.until
+		}
+	}
+	return next, true
 }
 
 // refresh marks every waiting pop as worth another look.
@@ -165,50 +252,34 @@ func (h *popHub) refresh(l *popLoop) {
 	}
 }
 
-// look answers the pops whose time is up, serves the fresh ones with one
-// call, and answers those that got messages, or whose time is up, or that
-// must not wait because the server drains. It returns false, with the
-// loop removed, when no pop waits any more.
-func (h *popHub) look(l *popLoop) bool {
-	now := time.Now()
-	draining := h.s.draining.Load()
-	h.mu.Lock()
-	var batch []*popWaiter
-	kept := l.waiters[:0]
-	for _, w := range l.waiters {
-		switch {
-		case !now.Before(w.until) && !w.fresh:
-			w.done <- popAnswer{res: emptyPop()}
-		case w.fresh:
-			w.fresh, w.inFlight = false, true
-			batch = append(batch, w)
-			kept = append(kept, w)
-		default:
-			kept = append(kept, w)
-		}
-	}
-	l.waiters = kept
-	if len(l.waiters) == 0 {
-		delete(h.loops, l.key)
-		h.mu.Unlock()
-		return false
-	}
-	h.mu.Unlock()
-	if len(batch) == 0 {
-		return true
-	}
-
+// look serves batch with one call, and answers those that got messages,
+// or whose time is up, or that must not wait because the server drains.
+func (h *popHub) look(l *popLoop, batch []*popWaiter) {
+	defer l.kicked()
 	reqs := make([]store.PopRequest, len(batch))
+	asked := 0
 	for i, w := range batch {
 		reqs[i] = w.req
+		asked += w.req.Batch
 	}
 	ctx, cancel := context.WithTimeout(h.s.baseCtx, popFuseTimeout)
 	results, errs := h.s.store.PopMany(ctx, reqs, h.s.opts.MaxFrameBytes)
 	cancel()
 
-	now = time.Now()
+	now := time.Now()
+	draining := h.s.draining.Load()
+	got := 0
+	for _, r := range results {
+		got += len(r.Messages)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	l.looks--
+	if 2*got >= asked {
+		h.backlog[l.key] = true
+	} else {
+		delete(h.backlog, l.key)
+	}
 	for i, w := range batch {
 		w.inFlight = false
 		res, err := results[i], errs[i]
@@ -227,7 +298,6 @@ func (h *popHub) look(l *popLoop) bool {
 		}
 		l.remove(w)
 	}
-	return true
 }
 
 func emptyPop() protocol.PopResult {

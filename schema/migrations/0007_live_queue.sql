@@ -68,12 +68,14 @@ DECLARE
     v_expires   timestamptz;
     v_want      integer := 0;
     -- The partitions taken, in the order they are served: each one's
-    -- cursor, last deliverable offset and last offset delivered before.
+    -- cursor, last deliverable offset, last offset delivered before, and
+    -- first message retained from the cursor on.
     c_pid   bigint[];
     c_name  text[];
     c_cur   bigint[];
     c_last  bigint[];
     c_seen  bigint[];
+    c_first bigint[];
     -- Which request each partition goes to (0: none, it has nothing to
     -- deliver now), the last offset of its span, and its lease.
     a_req   integer[];
@@ -118,14 +120,17 @@ BEGIN
     -- generic: hence two statements that differ in their WHERE only.
     IF p_partition IS NULL THEN
         SELECT array_agg(t.partition_id), array_agg(t.name), array_agg(t.committed),
-               array_agg(t.last), array_agg(t.seen)
-          INTO c_pid, c_name, c_cur, c_last, c_seen
+               array_agg(t.last), array_agg(t.seen), array_agg(t.first)
+          INTO c_pid, c_name, c_cur, c_last, c_seen, c_first
           FROM (SELECT cu.partition_id, p.name, cu.committed,
                        CASE WHEN v_delay = interval '0' THEN p.next_offset - 1
                             ELSE (SELECT s.last_offset FROM queenside.segments s
                                    WHERE s.partition_id = cu.partition_id AND s.committed_at <= v_now - v_delay
                                    ORDER BY s.last_offset DESC LIMIT 1) END AS last,
-                       coalesce((SELECT max(d) FROM unnest(cu.delivered_to) d), -1) AS seen
+                       coalesce((SELECT max(d) FROM unnest(cu.delivered_to) d), -1) AS seen,
+                       (SELECT s.base_offset FROM queenside.segments s
+                         WHERE s.partition_id = cu.partition_id AND s.last_offset >= cu.committed
+                         ORDER BY s.last_offset LIMIT 1) AS first
                   FROM queenside.cursors cu
                   JOIN queenside.partitions p ON p.id = cu.partition_id
                  WHERE cu.group_id = p_group
@@ -137,14 +142,17 @@ BEGIN
                    FOR UPDATE OF cu SKIP LOCKED) t;
     ELSE
         SELECT array_agg(t.partition_id), array_agg(t.name), array_agg(t.committed),
-               array_agg(t.last), array_agg(t.seen)
-          INTO c_pid, c_name, c_cur, c_last, c_seen
+               array_agg(t.last), array_agg(t.seen), array_agg(t.first)
+          INTO c_pid, c_name, c_cur, c_last, c_seen, c_first
           FROM (SELECT cu.partition_id, p.name, cu.committed,
                        CASE WHEN v_delay = interval '0' THEN p.next_offset - 1
                             ELSE (SELECT s.last_offset FROM queenside.segments s
                                    WHERE s.partition_id = cu.partition_id AND s.committed_at <= v_now - v_delay
                                    ORDER BY s.last_offset DESC LIMIT 1) END AS last,
-                       coalesce((SELECT max(d) FROM unnest(cu.delivered_to) d), -1) AS seen
+                       coalesce((SELECT max(d) FROM unnest(cu.delivered_to) d), -1) AS seen,
+                       (SELECT s.base_offset FROM queenside.segments s
+                         WHERE s.partition_id = cu.partition_id AND s.last_offset >= cu.committed
+                         ORDER BY s.last_offset LIMIT 1) AS first
                   FROM queenside.cursors cu
                   JOIN queenside.partitions p ON p.id = cu.partition_id
                  WHERE cu.group_id = p_group AND cu.partition_id = p_partition
@@ -158,8 +166,8 @@ BEGIN
     END IF;
 
     -- The partitions go to the requests in turn, each span counted from
-    -- its cursor (the statement below starts it later when retention
-    -- deleted messages under the cursor, and then delivers fewer).
+    -- its cursor (it starts later when retention deleted messages under
+    -- the cursor, and then delivers fewer).
     a_req := array_fill(0, ARRAY[cardinality(c_pid)]);
     a_hi := array_fill(NULL::bigint, ARRAY[cardinality(c_pid)]);
     a_lease := array_fill(NULL::uuid, ARRAY[cardinality(c_pid)]);
@@ -181,69 +189,46 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- One statement reads every span and moves every cursor, in one
-    -- snapshot, so what is leased is exactly what is read: a span starts
-    -- at its cursor or at the first message still retained (retention
-    -- deletes a prefix of a partition, never inside the retained run, so
-    -- everything from there to the span's end is read), and a partition
-    -- whose span is all gone gets no lease. A cursor standing on deleted
-    -- messages with nothing to deliver moves past them: otherwise its old
-    -- head time would put it first in every pop, for nothing.
+    -- Where the message at the cursor is retained, the usual case, one
+    -- statement reads each span and leases it (or, with auto-ack, moves the
+    -- cursor past it), in one snapshot: what is leased is what is read.
+    -- Retention deletes a prefix of a partition, so a cursor whose message
+    -- is still there has its whole span there; one whose message went
+    -- since the partitions were taken is left for the next pop.
     RETURN QUERY
     WITH a AS (
-        -- Where each span starts: at its cursor, or at the first message
-        -- retained from there on (past the end when there is none).
-        SELECT x.*, greatest(x.cur, coalesce(f.base_offset, (SELECT n.next_offset FROM queenside.partitions n
-                                                               WHERE n.id = x.pid))) AS lo
-          FROM unnest(a_req, c_pid, c_name, c_cur, a_hi, c_last, c_seen, a_lease)
-               WITH ORDINALITY AS x (req, pid, pname, cur, hi, last, seen, lease, ord)
-          LEFT JOIN LATERAL (SELECT s.base_offset FROM queenside.segments s
-                              WHERE s.partition_id = x.pid AND s.last_offset >= x.cur
-                              ORDER BY s.last_offset LIMIT 1) f ON true
+        SELECT x.*
+          FROM unnest(a_req, c_pid, c_name, c_cur, a_hi, c_last, c_seen, a_lease, c_first)
+               WITH ORDINALITY AS x (req, pid, pname, cur, hi, last, seen, lease, first, ord)
+         WHERE x.req <> 0 AND x.first <= x.cur
     ), moved AS (
         UPDATE queenside.cursors cu
-           SET committed = CASE WHEN a.req = 0 OR a.lo > a.hi THEN a.lo WHEN p_auto_ack THEN a.hi + 1 ELSE a.lo END,
-               head_at = CASE WHEN a.req <> 0 AND a.lo <= a.hi AND NOT p_auto_ack AND a.lo = cu.committed
-                                   THEN cu.head_at
-                              WHEN a.req <> 0 AND a.lo <= a.hi AND p_auto_ack
-                                   THEN queenside.cursor_head(a.pid, a.hi + 1)
-                              ELSE queenside.cursor_head(a.pid, a.lo) END,
-               lease_id = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_id ELSE a.lease END,
-               lease_from = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_from ELSE a.lo END,
-               lease_to = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_to ELSE a.hi END,
-               lease_expires_at = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_expires_at
-                                       WHEN p_auto_ack THEN NULL ELSE v_expires END,
-               lease_done = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_done
-                                 WHEN p_auto_ack THEN NULL ELSE '{}' END,
+           SET committed = CASE WHEN p_auto_ack THEN a.hi + 1 ELSE cu.committed END,
+               head_at = CASE WHEN p_auto_ack THEN queenside.cursor_head(a.pid, a.hi + 1) ELSE cu.head_at END,
+               lease_id = a.lease, lease_from = a.cur, lease_to = a.hi,
+               lease_expires_at = CASE WHEN p_auto_ack THEN NULL ELSE v_expires END,
+               lease_done = CASE WHEN p_auto_ack THEN NULL ELSE '{}'::bigint[] END,
                -- Every entry is at or past the cursor (an ack keeps no
-               -- other), so a lease from the cursor only appends. Keep the
-               -- newest thousand leases: a crash-looping consumer must not
-               -- grow the row without bound (the count then saturates).
+               -- other), so a lease only appends. Keep the newest thousand
+               -- leases: a crash-looping consumer must not grow the row
+               -- without bound (the count then saturates).
                delivered_to = CASE
-                   WHEN a.req = 0 OR a.lo > a.hi
-                        THEN ARRAY(SELECT x FROM unnest(cu.delivered_to) x WHERE x >= a.lo ORDER BY x)
-                   WHEN p_auto_ack THEN ARRAY(SELECT x FROM unnest(cu.delivered_to) x WHERE x > a.hi ORDER BY x)
-                   WHEN a.lo = cu.committed
-                        THEN (cu.delivered_to || a.hi)[greatest(1, cardinality(cu.delivered_to) - 998):]
-                   ELSE (SELECT d.v[greatest(1, cardinality(d.v) - 998):]
-                           FROM (SELECT ARRAY(SELECT x FROM unnest(cu.delivered_to) x WHERE x >= a.lo ORDER BY x)
-                                        || a.hi AS v) d) END,
-               fail_offsets = CASE WHEN cardinality(cu.fail_offsets) = 0 THEN cu.fail_offsets
-                   ELSE ARRAY(SELECT o FROM unnest(cu.fail_offsets) o
-                               WHERE o >= CASE WHEN a.req <> 0 AND a.lo <= a.hi AND p_auto_ack THEN a.hi + 1
-                                               ELSE a.lo END
-                               ORDER BY o) END,
-               fail_counts = CASE WHEN cardinality(cu.fail_offsets) = 0 THEN cu.fail_counts
+                   WHEN NOT p_auto_ack THEN (cu.delivered_to || a.hi)[greatest(1, cardinality(cu.delivered_to) - 998):]
+                   WHEN cardinality(cu.delivered_to) = 0 THEN cu.delivered_to
+                   ELSE ARRAY(SELECT x FROM unnest(cu.delivered_to) x WHERE x > a.hi ORDER BY x) END,
+               fail_offsets = CASE WHEN NOT p_auto_ack OR cardinality(cu.fail_offsets) = 0 THEN cu.fail_offsets
+                   ELSE ARRAY(SELECT o FROM unnest(cu.fail_offsets) o WHERE o > a.hi ORDER BY o) END,
+               fail_counts = CASE WHEN NOT p_auto_ack OR cardinality(cu.fail_offsets) = 0 THEN cu.fail_counts
                    ELSE ARRAY(SELECT fc.n FROM unnest(cu.fail_offsets, cu.fail_counts) fc (o, n)
-                               WHERE fc.o >= CASE WHEN a.req <> 0 AND a.lo <= a.hi AND p_auto_ack THEN a.hi + 1
-                                                  ELSE a.lo END
-                               ORDER BY fc.o) END
+                               WHERE fc.o > a.hi ORDER BY fc.o) END
           FROM a
          WHERE cu.partition_id = a.pid AND cu.group_id = p_group
-           AND ((a.req <> 0 AND a.lo <= a.hi) OR a.lo > a.cur)
+           AND (SELECT s.base_offset FROM queenside.segments s
+                 WHERE s.partition_id = a.pid AND s.last_offset >= a.cur
+                 ORDER BY s.last_offset LIMIT 1) <= a.cur
         RETURNING cu.partition_id, cardinality(cu.delivered_to) AS attempts
     )
-    SELECT a.req, a.ord::integer, a.pid, a.pname, a.lease, a.lo, a.hi,
+    SELECT a.req, a.ord::integer, a.pid, a.pname, a.lease, a.cur, a.hi,
            CASE WHEN p_auto_ack THEN NULL ELSE v_expires END,
            CASE WHEN p_auto_ack THEN NULL ELSE m.attempts END, a.seen,
            r.lo, s.committed_at,
@@ -263,15 +248,106 @@ BEGIN
                               WHERE e.partition_id = a.pid AND e.last_offset >= a.hi
                               ORDER BY e.last_offset LIMIT 1) END AS stop) e
      CROSS JOIN LATERAL (SELECT s.* FROM queenside.segments s
-                          WHERE s.partition_id = a.pid AND s.last_offset >= a.lo AND s.last_offset <= e.stop
+                          WHERE s.partition_id = a.pid AND s.last_offset >= a.cur AND s.last_offset <= e.stop
                             AND s.base_offset <= a.hi
                           ORDER BY s.last_offset) s
      CROSS JOIN LATERAL (
-           SELECT greatest(s.base_offset, a.lo) AS lo,
-                  (greatest(s.base_offset, a.lo) - s.base_offset + 1)::integer AS i,
+           SELECT greatest(s.base_offset, a.cur) AS lo,
+                  (greatest(s.base_offset, a.cur) - s.base_offset + 1)::integer AS i,
                   (least(s.last_offset, a.hi) - s.base_offset + 1)::integer AS j,
-                  s.base_offset >= a.lo AND s.last_offset <= a.hi AS whole) r
-     WHERE a.req <> 0 AND a.lo <= a.hi;
+                  s.base_offset >= a.cur AND s.last_offset <= a.hi AS whole) r;
+
+    -- A cursor standing on messages that retention deleted: the span starts
+    -- at the first message retained, and is leased only if anything of it
+    -- is read in this statement's snapshot. With nothing to deliver, the
+    -- cursor moves past what is gone: otherwise its old head time would put
+    -- it first in every pop, for nothing.
+    IF EXISTS (SELECT 1 FROM unnest(c_cur, c_first) AS x (cur, first) WHERE x.first IS NULL OR x.first > x.cur) THEN
+        RETURN QUERY
+        WITH a AS (
+            -- Where each span starts: at its cursor, or at the first message
+            -- retained from there on (past the end when there is none).
+            SELECT x.*, greatest(x.cur, coalesce(f.base_offset, (SELECT n.next_offset FROM queenside.partitions n
+                                                                   WHERE n.id = x.pid))) AS lo
+              FROM unnest(a_req, c_pid, c_name, c_cur, a_hi, c_last, c_seen, a_lease, c_first)
+                   WITH ORDINALITY AS x (req, pid, pname, cur, hi, last, seen, lease, first, ord)
+              LEFT JOIN LATERAL (SELECT s.base_offset FROM queenside.segments s
+                                  WHERE s.partition_id = x.pid AND s.last_offset >= x.cur
+                                  ORDER BY s.last_offset LIMIT 1) f ON true
+             WHERE x.first IS NULL OR x.first > x.cur
+        ), moved AS (
+            UPDATE queenside.cursors cu
+               SET committed = CASE WHEN a.req = 0 OR a.lo > a.hi THEN a.lo WHEN p_auto_ack THEN a.hi + 1 ELSE a.lo END,
+                   head_at = CASE WHEN a.req <> 0 AND a.lo <= a.hi AND NOT p_auto_ack AND a.lo = cu.committed
+                                       THEN cu.head_at
+                                  WHEN a.req <> 0 AND a.lo <= a.hi AND p_auto_ack
+                                       THEN queenside.cursor_head(a.pid, a.hi + 1)
+                                  ELSE queenside.cursor_head(a.pid, a.lo) END,
+                   lease_id = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_id ELSE a.lease END,
+                   lease_from = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_from ELSE a.lo END,
+                   lease_to = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_to ELSE a.hi END,
+                   lease_expires_at = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_expires_at
+                                           WHEN p_auto_ack THEN NULL ELSE v_expires END,
+                   lease_done = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_done
+                                     WHEN p_auto_ack THEN NULL ELSE '{}' END,
+                   -- Every entry is at or past the cursor (an ack keeps no
+                   -- other), so a lease from the cursor only appends. Keep the
+                   -- newest thousand leases: a crash-looping consumer must not
+                   -- grow the row without bound (the count then saturates).
+                   delivered_to = CASE
+                       WHEN a.req = 0 OR a.lo > a.hi
+                            THEN ARRAY(SELECT x FROM unnest(cu.delivered_to) x WHERE x >= a.lo ORDER BY x)
+                       WHEN p_auto_ack THEN ARRAY(SELECT x FROM unnest(cu.delivered_to) x WHERE x > a.hi ORDER BY x)
+                       WHEN a.lo = cu.committed
+                            THEN (cu.delivered_to || a.hi)[greatest(1, cardinality(cu.delivered_to) - 998):]
+                       ELSE (SELECT d.v[greatest(1, cardinality(d.v) - 998):]
+                               FROM (SELECT ARRAY(SELECT x FROM unnest(cu.delivered_to) x WHERE x >= a.lo ORDER BY x)
+                                            || a.hi AS v) d) END,
+                   fail_offsets = CASE WHEN cardinality(cu.fail_offsets) = 0 THEN cu.fail_offsets
+                       ELSE ARRAY(SELECT o FROM unnest(cu.fail_offsets) o
+                                   WHERE o >= CASE WHEN a.req <> 0 AND a.lo <= a.hi AND p_auto_ack THEN a.hi + 1
+                                                   ELSE a.lo END
+                                   ORDER BY o) END,
+                   fail_counts = CASE WHEN cardinality(cu.fail_offsets) = 0 THEN cu.fail_counts
+                       ELSE ARRAY(SELECT fc.n FROM unnest(cu.fail_offsets, cu.fail_counts) fc (o, n)
+                                   WHERE fc.o >= CASE WHEN a.req <> 0 AND a.lo <= a.hi AND p_auto_ack THEN a.hi + 1
+                                                      ELSE a.lo END
+                                   ORDER BY fc.o) END
+              FROM a
+             WHERE cu.partition_id = a.pid AND cu.group_id = p_group
+               AND ((a.req <> 0 AND a.lo <= a.hi) OR a.lo > a.cur)
+            RETURNING cu.partition_id, cardinality(cu.delivered_to) AS attempts
+        )
+        SELECT a.req, a.ord::integer, a.pid, a.pname, a.lease, a.lo, a.hi,
+               CASE WHEN p_auto_ack THEN NULL ELSE v_expires END,
+               CASE WHEN p_auto_ack THEN NULL ELSE m.attempts END, a.seen,
+               r.lo, s.committed_at,
+               CASE WHEN r.whole THEN s.message_ids ELSE s.message_ids[r.i:r.j] END,
+               CASE WHEN r.whole THEN s.transaction_ids ELSE s.transaction_ids[r.i:r.j] END,
+               CASE WHEN r.whole THEN s.payloads ELSE s.payloads[r.i:r.j] END,
+               CASE WHEN r.whole THEN s.trace_ids ELSE s.trace_ids[r.i:r.j] END,
+               CASE WHEN r.whole THEN s.headers ELSE s.headers[r.i:r.j] END
+          FROM a
+          JOIN moved m ON m.partition_id = a.pid
+          -- Up to the segment holding the span's last offset, and no further.
+          -- A span to the last deliverable offset ends where a segment does
+          -- (the partition's end, or the last segment old enough): no look-up.
+         CROSS JOIN LATERAL (
+               SELECT CASE WHEN a.hi = a.last THEN a.hi
+                           ELSE (SELECT e.last_offset FROM queenside.segments e
+                                  WHERE e.partition_id = a.pid AND e.last_offset >= a.hi
+                                  ORDER BY e.last_offset LIMIT 1) END AS stop) e
+         CROSS JOIN LATERAL (SELECT s.* FROM queenside.segments s
+                              WHERE s.partition_id = a.pid AND s.last_offset >= a.lo AND s.last_offset <= e.stop
+                                AND s.base_offset <= a.hi
+                              ORDER BY s.last_offset) s
+         CROSS JOIN LATERAL (
+               SELECT greatest(s.base_offset, a.lo) AS lo,
+                      (greatest(s.base_offset, a.lo) - s.base_offset + 1)::integer AS i,
+                      (least(s.last_offset, a.hi) - s.base_offset + 1)::integer AS j,
+                      s.base_offset >= a.lo AND s.last_offset <= a.hi AS whole) r
+         WHERE a.req <> 0 AND a.lo <= a.hi;
+    END IF;
 END;
 $$;
 

@@ -294,50 +294,79 @@ func TestRunDeletesEveryInterval(t *testing.T) {
 	}
 }
 
-// pop reads a run and leases it in one snapshot: segments deleted while
-// it leases them (simulated here by a trigger that deletes the partition's
-// segments when pop moves the cursor) are read all the same, whole, under
-// their lease, which an ack then moves past.
-func TestAPopReadsWhatItLeasesInOneSnapshot(t *testing.T) {
-	f := newFixture(t, protocol.DefaultQueueOptions())
-	f.pop("g", "", 1, true)
-	f.push("p", "a", 5)
-	f.exec(`CREATE FUNCTION vanish() RETURNS trigger LANGUAGE plpgsql AS $$
-	        BEGIN
-	            IF NEW.lease_id IS DISTINCT FROM OLD.lease_id THEN
-	                DELETE FROM queenside.segments s WHERE s.partition_id = NEW.partition_id;
-	            END IF;
-	            RETURN NEW;
-	        END $$`)
-	f.exec(`CREATE TRIGGER vanish BEFORE UPDATE ON queenside.cursors FOR EACH ROW EXECUTE FUNCTION vanish()`)
-	res := f.pop("g", "", 10, false)
-	f.exec(`DROP TRIGGER vanish ON queenside.cursors`)
-	if got := offsets(res); !slices.Equal(got, []int64{0, 1, 2, 3, 4}) || len(res.Leases) != 1 ||
-		res.Leases[0].FromOffset != 0 || res.Leases[0].ToOffset != 4 {
-		t.Fatalf("pop while its run is deleted: %v, leases %+v, want 0..4 under one lease", got, res.Leases)
-	}
-	if f.count("SELECT count(*) FROM queenside.segments") != 0 {
-		t.Fatal("the trigger did not delete the run")
-	}
-	var items []protocol.AckItem
-	for _, m := range res.Messages {
-		off := m.Offset
-		items = append(items, protocol.AckItem{LeaseID: m.LeaseID, Offset: &off, Status: protocol.AckCompleted})
-	}
-	if ar, err := f.st.Ack(f.ctx, items); err != nil || !ar.Results[0].Success || ar.Leases[0].Cursor != 5 {
-		t.Fatalf("ack of the deleted run: %+v, %v", ar, err)
+// A pop of several partitions reads each run and leases it in one
+// snapshot: segments deleted while it leases them (simulated here by a
+// trigger that deletes the partition's segments when pop moves the cursor)
+// are read all the same, whole, under their lease, which an ack then moves
+// past. A pop of one partition reads after it leases: it finds the run
+// gone, delivers nothing and keeps no lease, and the next pop skips what is
+// gone.
+func TestAPopWhoseRunVanishesWhileItLeases(t *testing.T) {
+	for _, partitions := range []int{2, 1} {
+		t.Run(fmt.Sprintf("%d partitions", partitions), func(t *testing.T) {
+			f := newFixture(t, protocol.DefaultQueueOptions())
+			f.pop("g", "", 1, true)
+			f.push("p", "a", 5)
+			f.exec(`CREATE FUNCTION vanish() RETURNS trigger LANGUAGE plpgsql AS $$
+			        BEGIN
+			            IF NEW.lease_id IS DISTINCT FROM OLD.lease_id THEN
+			                DELETE FROM queenside.segments s WHERE s.partition_id = NEW.partition_id;
+			            END IF;
+			            RETURN NEW;
+			        END $$`)
+			f.exec(`CREATE TRIGGER vanish BEFORE UPDATE ON queenside.cursors FOR EACH ROW EXECUTE FUNCTION vanish()`)
+			res, err := f.st.Pop(f.ctx, store.PopRequest{Queue: f.queue, Group: "g", Batch: 10, Partitions: partitions, Mode: "all"}, 1<<24)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.exec(`DROP TRIGGER vanish ON queenside.cursors`)
+			if f.count("SELECT count(*) FROM queenside.segments") != 0 {
+				t.Fatal("the trigger did not delete the run")
+			}
+			if partitions == 1 {
+				if len(res.Messages) != 0 || len(res.Leases) != 0 {
+					t.Fatalf("pop over a vanished run: %v, leases %+v", offsets(res), res.Leases)
+				}
+				if n := f.count("SELECT count(*) FROM queenside.cursors WHERE lease_id IS NOT NULL"); n != 0 {
+					t.Fatalf("%d cursors hold a lease on nothing", n)
+				}
+				f.pop("g", "", 10, false) // moves the cursor past what is gone
+			} else {
+				if got := offsets(res); !slices.Equal(got, []int64{0, 1, 2, 3, 4}) || len(res.Leases) != 1 ||
+					res.Leases[0].FromOffset != 0 || res.Leases[0].ToOffset != 4 {
+					t.Fatalf("pop while its run is deleted: %v, leases %+v, want 0..4 under one lease", got, res.Leases)
+				}
+				var items []protocol.AckItem
+				for _, m := range res.Messages {
+					off := m.Offset
+					items = append(items, protocol.AckItem{LeaseID: m.LeaseID, Offset: &off, Status: protocol.AckCompleted})
+				}
+				if ar, err := f.st.Ack(f.ctx, items); err != nil || !ar.Results[0].Success || ar.Leases[0].Cursor != 5 {
+					t.Fatalf("ack of the deleted run: %+v, %v", ar, err)
+				}
+			}
+			f.push("p", "b", 1)
+			if got := offsets(f.pop("g", "", 10, true)); !slices.Equal(got, []int64{5}) {
+				t.Fatalf("after the vanished run: %v, want 5", got)
+			}
+		})
 	}
 }
 
-// A pop that finds its partition's run deleted by retention before it
-// reads (the partition's row still says there are messages) delivers
-// nothing and keeps no lease, and the next pop skips what is gone.
+// A pop of several partitions that finds a partition's run deleted by
+// retention before it reads (the partition's row still says there are
+// messages) delivers nothing of it and keeps no lease, and moves the cursor
+// past what is gone.
 func TestAPopWhoseRunIsGoneKeepsNoLease(t *testing.T) {
 	f := newFixture(t, protocol.DefaultQueueOptions())
 	f.pop("g", "", 1, true)
 	f.push("p", "a", 5)
 	f.exec(`DELETE FROM queenside.segments`)
-	if res := f.pop("g", "", 10, false); len(res.Messages) != 0 || len(res.Leases) != 0 {
+	res, err := f.st.Pop(f.ctx, store.PopRequest{Queue: f.queue, Group: "g", Batch: 10, Partitions: 2, Mode: "all"}, 1<<24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Messages) != 0 || len(res.Leases) != 0 {
 		t.Fatalf("pop over a deleted run: %v, leases %+v", offsets(res), res.Leases)
 	}
 	if n := f.count("SELECT count(*) FROM queenside.cursors WHERE lease_id IS NOT NULL"); n != 0 {

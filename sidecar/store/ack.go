@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/queenside/queenside/protocol"
 )
@@ -98,7 +99,13 @@ func (c *ackCall) args(items []protocol.AckItem) []any {
 			errs[j] = &it.Error
 		}
 	}
-	return []any{c.groups, c.partitions, c.leases, c.slots, offsets, hashes, failed, errs}
+	leases := make([][16]byte, len(c.leases))
+	for i, l := range c.leases {
+		leases[i] = l
+	}
+	return []any{pgtype.FlatArray[int64](c.groups), pgtype.FlatArray[int64](c.partitions), pgtype.FlatArray[[16]byte](leases),
+		pgtype.FlatArray[int32](c.slots), pgtype.FlatArray[*int64](offsets), optionalArray(hashes),
+		pgtype.FlatArray[bool](failed), pgtype.FlatArray[*string](errs)}
 }
 
 // read fills in the item results and returns the state of each lease that

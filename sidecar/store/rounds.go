@@ -93,7 +93,7 @@ func (s *Store) round(ctx context.Context, job *roundJob) (roundResult, error) {
 
 // roundWorkers is how many rounds may run at once: a pop round and an ack
 // round side by side keep a consumer's cycle short when both are busy.
-const roundWorkers = 2
+const roundWorkers = 4
 
 // roundLeases tracks the leases named by the ack calls of running rounds,
 // so that no two running rounds name the same lease.
