@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,7 +68,7 @@ func (s *Store) PopMany(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 }
 
 // Ack applies an ack call in a round: one cursor update per lease, leases
-// locked in (group, partition) order so two rounds cannot deadlock.
+// locked in (partition, group) order so two rounds cannot deadlock.
 func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
 	r, err := s.round(ctx, &roundJob{acks: items})
 	if err != nil {
@@ -87,7 +88,30 @@ func (s *Store) round(ctx context.Context, job *roundJob) (roundResult, error) {
 	case r := <-job.done:
 		return r, nil
 	case <-ctx.Done():
+		if job.pops != nil {
+			go s.releaseUnsent(job)
+		}
 		return roundResult{}, ctx.Err()
+	}
+}
+
+// releaseUnsent gives back the leases a round grants to pops whose callers
+// left while it ran, rather than let them wait for their expiry.
+func (s *Store) releaseUnsent(job *roundJob) {
+	r := <-job.done
+	var ids []string
+	for _, res := range r.pops {
+		for _, l := range res.Leases {
+			ids = append(ids, l.LeaseID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.Release(ctx, ids); err != nil {
+		s.log.Warn("could not release the leases of a departed pop; they will expire", "error", err)
 	}
 }
 
