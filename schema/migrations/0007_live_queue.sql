@@ -463,3 +463,511 @@ BEGIN
     END LOOP;
 END;
 $$;
+
+-- The duplicate probe finds a message by its partition and transaction id
+-- hash in one bucket read. The hash index of 0005 was on the hash alone, so
+-- a probe read every row of that hash, in every partition: transaction ids
+-- that repeat across partitions (a sequence number per partition, say, or
+-- an order id pushed to several queues) made each probe read hundreds of
+-- rows, and pushes slowed as the table grew (39 ms a probe of 100 messages
+-- over 3.3 million rows of 4,382 distinct hashes, in make verify). The index
+-- is now on a 64-bit hash of both, and every statement that looks a row up
+-- by partition and hash names it (collisions only cost a recheck). Building
+-- it reads the table under a lock pushes wait for: about 2 s per million
+-- rows kept.
+CREATE INDEX dedup_key ON queenside.dedup USING hash (uuid_hash_extended(hash, partition_id));
+DROP INDEX queenside.dedup_hash;
+
+-- The functions that look a row of dedup up by partition and hash, as they
+-- were (push 0006, push_general 0005, ack, purge_dedup and
+-- purge_orphan_hashes 0003), naming the key.
+CREATE OR REPLACE FUNCTION queenside.push(
+    p_ids             bigint[],
+    p_starts          integer[],
+    p_counts          integer[],
+    p_slots           integer[],
+    p_hashes          uuid[],
+    p_leaders         integer[],
+    p_message_ids     uuid[],
+    p_transaction_ids text[],
+    p_payloads        bytea[],
+    p_trace_ids       text[],
+    p_headers         bytea[],
+    OUT committed_at     timestamptz,
+    OUT bases            bigint[],
+    OUT dedup_on         boolean[],
+    OUT dup_positions    integer[],
+    OUT dup_offsets      bigint[],
+    OUT dup_message_ids  uuid[],
+    OUT dup_committed_at timestamptz[]
+)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    n       integer := cardinality(p_hashes);
+    v_clock timestamptz := clock_timestamp();
+    v_at    timestamptz;
+    v_count integer := -1; -- messages stored; -1 until known
+    v_found integer;
+    v_queues text[];
+BEGIN
+    -- Every partition's row lock, taken by moving the partition's next
+    -- offset past the call's messages as if all were new: one row version
+    -- a partition, where locking it and then updating it made two. The
+    -- update walks p_ids (in id order) or the primary key, so rows are
+    -- locked in id order and two pushes can never deadlock; bitmap scans,
+    -- which would visit them in physical order, are off for the function.
+    -- The locks serialise offset allocation: they are what makes offsets
+    -- gapless and commit times monotone. The clock was read before the
+    -- locks; a partition whose last commit is later keeps that time.
+    WITH moved AS (
+        UPDATE queenside.partitions p
+           SET next_offset = p.next_offset + c.n,
+               last_committed_at = greatest(v_clock, p.last_committed_at)
+          FROM unnest(p_ids, p_counts) AS c (id, n)
+         WHERE p.id = c.id
+        RETURNING p.id, p.next_offset - c.n AS base, p.last_committed_at AS at, p.queue_id)
+    SELECT array_agg(m.base ORDER BY m.id), array_agg(q.dedup_window_seconds > 0 ORDER BY m.id),
+           max(m.at), count(*), array_agg(DISTINCT q.name)
+      INTO bases, dedup_on, v_at, v_found, v_queues
+      FROM moved m
+      JOIN queenside.queues q ON q.id = m.queue_id;
+    IF v_found <> cardinality(p_ids) THEN
+        RAISE EXCEPTION 'queenside: % of % partitions exist', v_found, cardinality(p_ids)
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    -- One commit time for the call, never behind a partition's last
+    -- commit: when the clock is behind one (it stepped back, or another
+    -- pod's runs ahead), every partition of the call takes that time.
+    IF v_at > v_clock THEN
+        UPDATE queenside.partitions p SET last_committed_at = v_at
+         WHERE p.id = ANY (p_ids) AND p.last_committed_at < v_at;
+    END IF;
+    committed_at := v_at;
+
+    -- The common case: no hash of the call is stored in its partition, so
+    -- every message is new. Only push writes dedup rows, and only under the
+    -- row lock of their partition, which this call holds: what this probe
+    -- does not find cannot appear before the commit, and a plain insert
+    -- follows. Anything found, inside its window or not, takes the general
+    -- path.
+    IF p_leaders IS NULL AND NOT EXISTS (
+           SELECT 1 FROM unnest(p_slots, p_hashes) AS u (s, h)
+             JOIN queenside.dedup d ON uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, p_ids[u.s]) AND d.hash = u.h AND d.partition_id = p_ids[u.s]) THEN
+        INSERT INTO queenside.dedup (partition_id, hash, msg_offset, message_id, committed_at)
+        SELECT p_ids[u.s], u.h, bases[u.s] + (u.o - p_starts[u.s]), u.m, v_at
+          FROM unnest(p_slots, p_hashes, p_message_ids) WITH ORDINALITY AS u (s, h, m, o);
+        v_count := n;
+    END IF;
+
+    IF v_count = n THEN -- every message is new
+        IF cardinality(p_ids) = 1 THEN -- the segment is the input as it is
+            INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
+                                            message_ids, transaction_ids, payloads, trace_ids, headers)
+            VALUES (p_ids[1], bases[1] + n - 1, bases[1], v_at,
+                    p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
+        ELSIF n = cardinality(p_ids) THEN -- one message per partition
+            -- Elements, not slices: an array parameter is held expanded,
+            -- so an element is read in place, while every slice would
+            -- flatten the whole array first.
+            INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
+                                            message_ids, transaction_ids, payloads, trace_ids, headers)
+            SELECT p_ids[k], bases[k], bases[k], v_at,
+                   ARRAY[p_message_ids[k]], ARRAY[p_transaction_ids[k]], ARRAY[p_payloads[k]],
+                   CASE WHEN p_trace_ids IS NOT NULL THEN ARRAY[p_trace_ids[k]] END,
+                   CASE WHEN p_headers IS NOT NULL THEN ARRAY[p_headers[k]] END
+              FROM generate_subscripts(p_ids, 1) AS k;
+        ELSE -- each partition's segment is its run of the input
+            INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
+                                            message_ids, transaction_ids, payloads, trace_ids, headers)
+            SELECT p_ids[k], bases[k] + p_counts[k] - 1, bases[k], v_at,
+                   p_message_ids[p_starts[k] : p_starts[k] + p_counts[k] - 1],
+                   p_transaction_ids[p_starts[k] : p_starts[k] + p_counts[k] - 1],
+                   p_payloads[p_starts[k] : p_starts[k] + p_counts[k] - 1],
+                   p_trace_ids[p_starts[k] : p_starts[k] + p_counts[k] - 1],
+                   p_headers[p_starts[k] : p_starts[k] + p_counts[k] - 1]
+              FROM generate_subscripts(p_ids, 1) AS k;
+        END IF;
+        -- Groups waiting at the end of these partitions now have a head.
+        UPDATE queenside.cursors cu SET head_at = v_at
+         WHERE cu.partition_id = ANY (p_ids) AND cu.head_at IS NULL AND cu.committed IS NOT NULL;
+    ELSE
+        -- Take back the move: push_general moves each partition past what
+        -- it stores, and a partition where it stores nothing stays put.
+        UPDATE queenside.partitions p SET next_offset = b.base
+          FROM unnest(p_ids, bases) AS b (id, base)
+         WHERE p.id = b.id;
+        PERFORM queenside.push_general(v_at, p_ids, bases, p_slots, p_hashes, p_leaders,
+                                       p_message_ids, p_transaction_ids, p_payloads, p_trace_ids, p_headers);
+        UPDATE queenside.cursors cu SET head_at = v_at
+          FROM unnest(p_ids, bases) AS b (id, base)
+          JOIN queenside.partitions p ON p.id = b.id
+         WHERE p.next_offset > b.base
+           AND cu.partition_id = b.id AND cu.head_at IS NULL AND cu.committed IS NOT NULL;
+        -- The messages stored already, with their originals: hashes that
+        -- still name an offset below their partition's base.
+        SELECT array_agg(u.o ORDER BY u.o), array_agg(d.msg_offset ORDER BY u.o),
+               array_agg(d.message_id ORDER BY u.o), array_agg(d.committed_at ORDER BY u.o)
+          INTO dup_positions, dup_offsets, dup_message_ids, dup_committed_at
+          FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (s, h, l, o)
+         CROSS JOIN LATERAL (
+               SELECT d.msg_offset, d.message_id, d.committed_at FROM queenside.dedup d
+                WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, p_ids[u.s]) AND 
+                      d.partition_id = p_ids[u.s] AND d.hash = u.h AND d.msg_offset < bases[u.s]
+                LIMIT 1) d
+         WHERE coalesce(u.l, u.o) = u.o;
+    END IF;
+
+    -- Wake the pops waiting on these queues, on every sidecar. Delivered
+    -- at commit; identical notifications of one transaction fold into one.
+    PERFORM queenside.wake(w) FROM unnest(v_queues) AS w;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queenside.push_general(
+    p_at timestamptz, p_ids bigint[], p_bases bigint[], p_slots integer[], p_hashes uuid[],
+    p_leaders integer[], p_message_ids uuid[], p_transaction_ids text[],
+    p_payloads bytea[], p_trace_ids text[], p_headers bytea[]
+) RETURNS void
+LANGUAGE sql AS $$
+    WITH part AS (
+        SELECT b.id, b.base, q.dedup_window_seconds > 0 AS dedup,
+               p_at - make_interval(secs => q.dedup_window_seconds) AS cutoff
+          FROM unnest(p_ids, p_bases) AS b (id, base)
+          JOIN queenside.partitions p ON p.id = b.id
+          JOIN queenside.queues q ON q.id = p.queue_id
+    ), fresh AS (
+        SELECT u.pid, u.o, u.h, u.m, u.txid, u.payload, u.trace, u.hdr,
+               pt.base + row_number() OVER (PARTITION BY u.pid ORDER BY u.o) - 1 AS off
+          FROM (SELECT p_ids[x.s] AS pid, x.*
+                  FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}'), p_message_ids, p_transaction_ids,
+                              p_payloads, p_trace_ids, p_headers)
+                       WITH ORDINALITY AS x (s, h, l, m, txid, payload, trace, hdr, o)) u
+          JOIN part pt ON pt.id = u.pid
+         WHERE NOT pt.dedup
+            OR (coalesce(u.l, u.o) = u.o
+                AND NOT EXISTS (SELECT 1 FROM queenside.dedup d
+                                 WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, u.pid) AND 
+                                   d.partition_id = u.pid AND d.hash = u.h
+                                   AND d.msg_offset < pt.base AND d.committed_at > pt.cutoff))
+    ), replaced AS (
+        -- A hash a stored message takes over: outside its window, or in a
+        -- queue that does not deduplicate.
+        DELETE FROM queenside.dedup d
+         USING (SELECT DISTINCT f.pid, f.h FROM fresh f) x
+         WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(x.h, x.pid) AND d.hash = x.h AND d.partition_id = x.pid
+    ), hashes AS (
+        INSERT INTO queenside.dedup (partition_id, hash, msg_offset, message_id, committed_at)
+        SELECT DISTINCT ON (f.pid, f.h) f.pid, f.h, f.off, f.m, p_at
+          FROM fresh f
+         ORDER BY f.pid, f.h, f.off DESC
+    ), segments AS (
+        INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at,
+                                        message_ids, transaction_ids, payloads, trace_ids, headers)
+        SELECT f.pid, max(f.off), min(f.off), p_at,
+               array_agg(f.m ORDER BY f.off), array_agg(f.txid ORDER BY f.off),
+               array_agg(f.payload ORDER BY f.off),
+               CASE WHEN bool_or(f.trace IS NOT NULL) THEN array_agg(f.trace ORDER BY f.off) END,
+               CASE WHEN bool_or(f.hdr IS NOT NULL) THEN array_agg(f.hdr ORDER BY f.off) END
+          FROM fresh f
+         GROUP BY f.pid
+    )
+    UPDATE queenside.partitions p
+       SET next_offset = c.last + 1, last_committed_at = p_at
+      FROM (SELECT f.pid, max(f.off) AS last FROM fresh f GROUP BY f.pid) c
+     WHERE p.id = c.pid
+$$;
+
+CREATE OR REPLACE FUNCTION queenside.ack(p_group bigint, p_partition bigint, p_lease uuid,
+                              p_offsets bigint[], p_hashes uuid[], p_failed boolean[], p_errors text[])
+RETURNS TABLE (idx integer, success boolean, code text, dead_lettered boolean, released boolean, cursor_offset bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    n         integer := cardinality(p_failed);
+    c         queenside.cursors%ROWTYPE;
+    v_queue   text;
+    v_retry   integer;
+    v_keep    interval;
+    v_off     bigint[] := p_offsets;
+    v_code    text[] := array_fill(NULL::text, ARRAY[n]);
+    v_dead    boolean[] := array_fill(false, ARRAY[n]);
+    v_fail    bigint;
+    v_done    bigint[];
+    v_cursor  bigint;
+    v_from    bigint;
+    v_written integer;
+    v_release boolean := false;
+    v_fo      bigint[];
+    v_fc      integer[];
+    v_count   integer;
+    v_found   bigint;
+    i         integer;
+BEGIN
+    SELECT * INTO c FROM queenside.cursors cu
+     WHERE cu.group_id = p_group AND cu.partition_id = p_partition FOR UPDATE;
+    IF NOT FOUND OR c.lease_id IS DISTINCT FROM p_lease OR c.lease_expires_at <= now() THEN
+        RETURN QUERY SELECT g.i, false, 'lease_expired', false, false, c.committed FROM generate_series(1, n) g (i);
+        RETURN;
+    END IF;
+    SELECT q.name, q.retry_limit,
+           make_interval(secs => greatest(q.dedup_window_seconds, q.completed_retention_seconds, 900))
+      INTO v_queue, v_retry, v_keep
+      FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
+     WHERE p.id = p_partition;
+
+    -- Items named by transaction id: resolve them through the hashes still
+    -- kept; one not found is unresolvable (and its message comes again).
+    IF p_hashes IS NOT NULL THEN
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN v_off[i] IS NOT NULL;
+            v_found := NULL;
+            SELECT d.msg_offset INTO v_found FROM queenside.dedup d
+             WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(p_hashes[i], p_partition) AND 
+                   d.partition_id = p_partition AND d.hash = p_hashes[i] AND d.committed_at > now() - v_keep;
+            v_off[i] := v_found;
+        END LOOP;
+    END IF;
+
+    -- The lowest failure inside the lease clamps the cursor. Completed items
+    -- at or above it are rewound, and so are completions remembered from
+    -- earlier calls: everything from the failure on is delivered again.
+    -- A failure below the cursor comes too late: that message was
+    -- completed and the cursor passed it. It changes nothing, and says so.
+    SELECT min(u.o) INTO v_fail FROM unnest(v_off, p_failed) AS u (o, f)
+     WHERE u.f AND u.o BETWEEN greatest(c.lease_from, c.committed) AND c.lease_to;
+    v_code := ARRAY(
+        SELECT CASE WHEN u.o IS NULL THEN 'unresolvable'
+                    WHEN u.o < c.lease_from OR u.o > c.lease_to THEN 'not_in_lease'
+                    WHEN u.f AND u.o < c.committed THEN 'not_in_lease'
+                    WHEN NOT u.f AND u.o >= v_fail THEN 'rewound' END
+          FROM unnest(v_off, p_failed) WITH ORDINALITY AS u (o, f, i) ORDER BY u.i);
+    v_done := ARRAY(SELECT x FROM unnest(coalesce(c.lease_done, '{}')) x WHERE v_fail IS NULL OR x < v_fail)
+           || ARRAY(SELECT u.o FROM unnest(v_off, p_failed) AS u (o, f)
+                     WHERE NOT u.f AND u.o BETWEEN c.lease_from AND c.lease_to
+                       AND (v_fail IS NULL OR u.o < v_fail));
+
+    -- The completed run starts at the cursor or, when retention deleted the
+    -- cursor's message under the lease, at the first message retained: the
+    -- group skips what is gone, as pop does. Looked up only when the
+    -- cursor's own message is not among the completed, so the common ack
+    -- pays nothing for it.
+    v_from := c.committed;
+    IF NOT (c.committed = ANY (v_done)) THEN
+        v_from := greatest(c.committed, coalesce(
+            (SELECT s.base_offset FROM queenside.segments s
+              WHERE s.partition_id = p_partition AND s.last_offset >= c.committed
+              ORDER BY s.last_offset LIMIT 1),
+            (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_partition)));
+    END IF;
+    -- The cursor moves over the completed run: among the distinct completed
+    -- offsets from its start up, in order, the k-th is start+k-1 exactly as
+    -- long as the run has no gap.
+    SELECT v_from + count(*) INTO v_cursor
+      FROM (SELECT x, row_number() OVER (ORDER BY x) AS rn
+              FROM (SELECT DISTINCT x FROM unnest(v_done) x WHERE x >= v_from) d) r
+     WHERE r.x = v_from + r.rn - 1;
+
+    v_fo := c.fail_offsets;
+    v_fc := c.fail_counts;
+    IF v_fail IS NOT NULL THEN
+        v_release := true;
+        -- Charge every explicit failure of the call to its message.
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN v_code[i] IS NOT NULL OR NOT p_failed[i];
+            IF v_off[i] = ANY (v_fo) THEN
+                v_fc[array_position(v_fo, v_off[i])] := v_fc[array_position(v_fo, v_off[i])] + 1;
+            ELSE
+                v_fo := v_fo || v_off[i];
+                v_fc := v_fc || 1;
+            END IF;
+        END LOOP;
+        v_count := v_fc[array_position(v_fo, v_fail)];
+        IF v_fail = v_cursor AND v_count >= v_retry + 1 THEN
+            INSERT INTO queenside.dead_letters (queue_id, partition_id, group_id, queue_name, partition_name, group_name,
+                                                msg_offset, message_id, transaction_id, payload, trace_id, headers,
+                                                error, failures, committed_at)
+            SELECT q.id, p.id, g.id, q.name, p.name, g.name, v_fail,
+                   s.message_ids[v_fail - s.base_offset + 1], s.transaction_ids[v_fail - s.base_offset + 1],
+                   s.payloads[v_fail - s.base_offset + 1], s.trace_ids[v_fail - s.base_offset + 1],
+                   s.headers[v_fail - s.base_offset + 1],
+                   (SELECT p_errors[j] FROM generate_series(1, n) j
+                     WHERE p_failed[j] AND v_code[j] IS NULL AND v_off[j] = v_fail LIMIT 1),
+                   v_count, s.committed_at
+              FROM queenside.segments s
+              JOIN queenside.partitions p ON p.id = s.partition_id
+              JOIN queenside.queues q ON q.id = p.queue_id
+              JOIN queenside.groups g ON g.id = p_group
+             WHERE s.partition_id = p_partition AND s.last_offset >= v_fail
+             ORDER BY s.last_offset LIMIT 1;
+            -- Nothing is written when retention deleted the message under
+            -- the lease: it is skipped all the same, but not reported as a
+            -- dead letter that does not exist.
+            GET DIAGNOSTICS v_written = ROW_COUNT;
+            FOR i IN 1 .. n LOOP
+                IF v_written > 0 AND v_code[i] IS NULL AND p_failed[i] AND v_off[i] = v_fail THEN
+                    v_dead[i] := true;
+                END IF;
+            END LOOP;
+            v_cursor := v_fail + 1;
+        END IF;
+    ELSIF v_cursor > c.lease_to THEN
+        v_release := true;
+    END IF;
+
+    UPDATE queenside.cursors cu
+       SET committed = v_cursor,
+           head_at = CASE WHEN v_cursor = c.committed THEN c.head_at
+                          ELSE queenside.cursor_head(p_partition, v_cursor) END,
+           lease_id = CASE WHEN v_release THEN NULL ELSE c.lease_id END,
+           lease_done = CASE WHEN v_release THEN NULL
+                             ELSE ARRAY(SELECT DISTINCT x FROM unnest(v_done) x WHERE x > v_cursor ORDER BY x) END,
+           delivered_to = ARRAY(SELECT x FROM unnest(c.delivered_to) x WHERE x >= v_cursor ORDER BY x),
+           fail_offsets = ARRAY(SELECT o FROM unnest(v_fo, v_fc) f (o, k) WHERE o >= v_cursor ORDER BY o),
+           fail_counts = ARRAY(SELECT k FROM unnest(v_fo, v_fc) f (o, k) WHERE o >= v_cursor ORDER BY o)
+     WHERE cu.group_id = p_group AND cu.partition_id = p_partition;
+
+    -- A rewind makes messages deliverable again at once: wake waiting pops.
+    IF v_fail IS NOT NULL THEN
+        PERFORM queenside.wake(v_queue);
+    END IF;
+
+    RETURN QUERY
+    SELECT g.i, v_code[g.i] IS NULL, v_code[g.i], v_dead[g.i], v_release, v_cursor
+      FROM generate_series(1, n) g (i);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queenside.purge_dedup(p_from bigint, p_max_segments integer, p_max_messages integer,
+                                      OUT next_from bigint, OUT segments integer, OUT messages bigint,
+                                      OUT hashes bigint)
+LANGUAGE plpgsql
+-- Each hash is one primary key lookup: never a scan of dedup, whatever the
+-- estimates of the arrays' sizes.
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_now   timestamptz := now();
+    w       record;
+    v_due   bigint;
+    v_bound bigint;
+    v_cap   bigint;
+    v_n     integer;
+    v_m     bigint;
+    v_h     bigint;
+    v_to    bigint;
+BEGIN
+    segments := 0; messages := 0; hashes := 0;
+    -- The partitions whose first segment above the mark is due.
+    FOR w IN
+        SELECT p.id, f.base_offset AS first_base, f.last_offset AS first_last,
+               v_now - queenside.dedup_keep(q.dedup_window_seconds, q.completed_retention_seconds) AS cutoff
+          FROM queenside.partitions p
+          JOIN queenside.queues q ON q.id = p.queue_id
+          LEFT JOIN queenside.dedup_marks m ON m.partition_id = p.id
+         CROSS JOIN LATERAL (SELECT s.base_offset, s.last_offset, s.committed_at FROM queenside.segments s
+                              WHERE s.partition_id = p.id AND s.last_offset >= coalesce(m.purged_to, 0)
+                              ORDER BY s.last_offset LIMIT 1) f
+         WHERE p.id >= p_from
+           AND f.committed_at < v_now - queenside.dedup_keep(q.dedup_window_seconds, q.completed_retention_seconds)
+         ORDER BY p.id
+    LOOP
+        IF segments >= p_max_segments OR messages >= p_max_messages THEN
+            next_from := w.id;
+            RETURN;
+        END IF;
+        v_due := queenside.first_offset_at(w.id, w.cutoff);
+        v_bound := least(v_due, greatest(w.first_last + 1, w.first_base + (p_max_messages - messages)));
+        v_cap := (SELECT s.last_offset FROM queenside.segments s
+                   WHERE s.partition_id = w.id AND s.last_offset >= w.first_last AND s.last_offset < v_bound
+                   ORDER BY s.last_offset OFFSET p_max_segments - segments - 1 LIMIT 1);
+        IF v_cap IS NOT NULL THEN
+            v_bound := v_cap + 1;
+        END IF;
+        -- A row is deleted by its own commit time: one taken over since by a
+        -- later message with the same transaction id is that message's.
+        WITH seg AS MATERIALIZED (
+            SELECT s.last_offset, s.base_offset, s.transaction_ids FROM queenside.segments s
+             WHERE s.partition_id = w.id AND s.last_offset >= w.first_last AND s.last_offset < v_bound
+        ), gone AS (
+            DELETE FROM queenside.dedup d
+             USING (SELECT DISTINCT queenside.transaction_hash(t) AS h FROM seg, unnest(seg.transaction_ids) t) x
+             WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(x.h, w.id) AND 
+                   d.partition_id = w.id AND d.hash = x.h AND d.committed_at < w.cutoff
+            RETURNING 1
+        )
+        SELECT count(*), coalesce(sum(seg.last_offset - seg.base_offset + 1), 0), max(seg.last_offset),
+               (SELECT count(*) FROM gone)
+          INTO v_n, v_m, v_to, v_h
+          FROM seg;
+        INSERT INTO queenside.dedup_marks AS dm (partition_id, purged_to) VALUES (w.id, v_to + 1)
+            ON CONFLICT (partition_id) DO UPDATE SET purged_to = greatest(dm.purged_to, excluded.purged_to);
+        segments := segments + v_n;
+        messages := messages + v_m;
+        hashes := hashes + v_h;
+        IF v_bound < v_due THEN
+            next_from := w.id;
+            RETURN;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queenside.purge_orphan_hashes(p_max_rows integer, p_max_hashes integer,
+                                              OUT segments integer, OUT hashes bigint, OUT more boolean)
+LANGUAGE plpgsql
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_now timestamptz := now();
+BEGIN
+    WITH due AS MATERIALIZED (
+        -- A partition that is gone (its queue deleted) keeps nothing.
+        SELECT o.purge_after, o.partition_id, o.last_offset, o.committed_at, o.hashes,
+               coalesce(v_now - queenside.dedup_keep(q.dedup_window_seconds, q.completed_retention_seconds),
+                        'infinity') AS cutoff
+          FROM (SELECT o.*, sum(cardinality(o.hashes)) OVER (ORDER BY o.purge_after, o.partition_id, o.last_offset)
+                            - cardinality(o.hashes) AS before
+                  FROM queenside.orphan_hashes o
+                 WHERE o.purge_after < v_now
+                 ORDER BY o.purge_after, o.partition_id, o.last_offset
+                 LIMIT p_max_rows) o
+          LEFT JOIN queenside.partitions p ON p.id = o.partition_id
+          LEFT JOIN queenside.queues q ON q.id = p.queue_id
+         WHERE o.before < p_max_hashes
+    ), gone AS (
+        DELETE FROM queenside.dedup d
+         USING (SELECT due.partition_id, due.cutoff, h FROM due, unnest(due.hashes) h
+                 WHERE due.committed_at < due.cutoff) x
+         WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(x.h, x.partition_id) AND 
+               d.partition_id = x.partition_id AND d.hash = x.h AND d.committed_at < x.cutoff
+        RETURNING 1
+    ), done AS (
+        DELETE FROM queenside.orphan_hashes o
+         USING due
+         WHERE o.purge_after = due.purge_after AND o.partition_id = due.partition_id
+           AND o.last_offset = due.last_offset AND due.committed_at < due.cutoff
+        RETURNING 1
+    ), postponed AS (
+        -- The queue keeps its hashes longer than when the segment went.
+        UPDATE queenside.orphan_hashes o
+           SET purge_after = due.committed_at + (v_now - due.cutoff)
+          FROM due
+         WHERE o.purge_after = due.purge_after AND o.partition_id = due.partition_id
+           AND o.last_offset = due.last_offset AND due.committed_at >= due.cutoff
+        RETURNING 1
+    )
+    SELECT count(*), (SELECT count(*) FROM gone) INTO segments, hashes FROM due;
+    more := EXISTS (SELECT 1 FROM queenside.orphan_hashes o WHERE o.purge_after < v_now);
+END;
+$$;
+
+-- CREATE OR REPLACE resets a function's settings: as 0005 set them.
+ALTER FUNCTION queenside.ack(bigint, bigint, uuid, bigint[], uuid[], boolean[], text[]) SET enable_seqscan = off;
+ALTER FUNCTION queenside.purge_dedup(bigint, integer, integer) SET enable_seqscan = off;
+ALTER FUNCTION queenside.purge_orphan_hashes(integer, integer) SET enable_seqscan = off;

@@ -1,0 +1,78 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// A transaction id repeated in many partitions (a sequence number per
+// partition, say) does not slow the duplicate probe: push's probe of one
+// partition and hash reads that partition's row and no other.
+func TestDedupProbeReadsOnlyItsPartition(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	var msgs []Message
+	for p := range 300 {
+		msgs = append(msgs, Message{Queue: "q", Partition: fmt.Sprintf("p%d", p), Payload: []byte{0xc0},
+			TransactionID: "same", MessageID: uuid.Must(uuid.NewV7())})
+	}
+	if _, err := s.Push(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	var pid int64
+	if err := s.pool.QueryRow(ctx, `SELECT id FROM queenside.partitions WHERE name = 'p7'`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// push's probe, as it is written there, with push's settings.
+	for _, set := range []string{"SET enable_seqscan = off", "SET enable_bitmapscan = off"} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var plan []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	err = conn.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON)
+		SELECT 1 FROM unnest($1::integer[], $2::uuid[]) AS u (s, h)
+		  JOIN queenside.dedup d ON uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, ($3::bigint[])[u.s])
+		   AND d.hash = u.h AND d.partition_id = ($3::bigint[])[u.s]`,
+		[]int32{1}, [][16]byte{TransactionHash("same")}, []int64{pid}).Scan(&plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := findNode(plan[0].Plan, "dedup")
+	if scan == nil {
+		raw, _ := json.Marshal(plan)
+		t.Fatalf("no scan of dedup in the plan: %s", raw)
+	}
+	removed, _ := scan["Rows Removed by Filter"].(float64)
+	if scan["Index Name"] != "dedup_key" || scan["Actual Rows"].(float64) != 1 || removed > 0 {
+		raw, _ := json.Marshal(scan)
+		t.Fatalf("the probe of one partition's hash: %s; want dedup_key reading the one row", raw)
+	}
+}
+
+// findNode returns the plan node that scans relation, depth first.
+func findNode(n map[string]any, relation string) map[string]any {
+	if n["Relation Name"] == relation {
+		return n
+	}
+	kids, _ := n["Plans"].([]any)
+	for _, k := range kids {
+		if m, ok := k.(map[string]any); ok {
+			if f := findNode(m, relation); f != nil {
+				return f
+			}
+		}
+	}
+	return nil
+}
