@@ -26,9 +26,12 @@ DROP INDEX queenside.cursors_partition;
 -- 1.1 ms. pop_many runs four statements whatever the number of partitions
 -- (the group's options, its subscription's start, the partitions it takes,
 -- locked, and one statement that reads their messages and moves their
--- cursors), and serves several pops at once: the sidecar gathers the pops
--- of a group that wait at the same moment into one call. pop is kept as it
--- was: a sidecar of the previous release calls it.
+-- cursors; a fifth only when retention deleted messages under a cursor),
+-- and serves several pops at once: the sidecar gathers the pops of a group
+-- that wait at the same moment into one call. pop is kept as it was: a
+-- sidecar of the previous release calls it, and the sidecar still calls
+-- it for one request of one partition, where its per-partition statements
+-- cost less than pop_many's.
 
 -- pop_many delivers messages to a group for several requests at once. The
 -- k-th request wants up to p_batches[k] messages from up to
@@ -37,12 +40,13 @@ DROP INDEX queenside.cursors_partition;
 -- request gets the oldest, and a request takes partitions until it has its
 -- number of them or its messages. Each row is a run of one segment's
 -- messages for one request (request is k), as pop's rows are; rows come in
--- no particular order: serve_order is the partition's place in the order it
--- was served, and first_offset orders a partition's runs. Everything else is as pop: a partition with a live lease
--- of the group is skipped, the row lock (SKIP LOCKED) and the recheck
--- under it keep two pops from leasing one partition, with p_auto_ack the
--- cursor moves past what is read and no lease is made, and a cursor behind
--- the first retained message starts there.
+-- no particular order: serve_order is the partition's place in the order
+-- it was served, and first_offset orders a partition's runs. Everything
+-- else is as pop: a partition with a live lease of the group is skipped,
+-- the row lock (SKIP LOCKED) and the recheck under it keep two pops from
+-- leasing one partition, with p_auto_ack the cursor moves past what is read
+-- and no lease is made, and a cursor behind the first retained message
+-- starts there.
 CREATE FUNCTION queenside.pop_many(p_group bigint, p_partition bigint, p_partitions integer[],
                                    p_batches integer[], p_lease_seconds integer, p_auto_ack boolean)
 RETURNS TABLE (request integer, serve_order integer, partition_id bigint, partition_name text, lease_id uuid,
@@ -616,7 +620,7 @@ BEGIN
           FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (s, h, l, o)
          CROSS JOIN LATERAL (
                SELECT d.msg_offset, d.message_id, d.committed_at FROM queenside.dedup d
-                WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, p_ids[u.s]) AND 
+                WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, p_ids[u.s]) AND
                       d.partition_id = p_ids[u.s] AND d.hash = u.h AND d.msg_offset < bases[u.s]
                 LIMIT 1) d
          WHERE coalesce(u.l, u.o) = u.o;
@@ -651,7 +655,7 @@ LANGUAGE sql AS $$
          WHERE NOT pt.dedup
             OR (coalesce(u.l, u.o) = u.o
                 AND NOT EXISTS (SELECT 1 FROM queenside.dedup d
-                                 WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, u.pid) AND 
+                                 WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, u.pid) AND
                                    d.partition_id = u.pid AND d.hash = u.h
                                    AND d.msg_offset < pt.base AND d.committed_at > pt.cutoff))
     ), replaced AS (
@@ -726,7 +730,7 @@ BEGIN
             CONTINUE WHEN v_off[i] IS NOT NULL;
             v_found := NULL;
             SELECT d.msg_offset INTO v_found FROM queenside.dedup d
-             WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(p_hashes[i], p_partition) AND 
+             WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(p_hashes[i], p_partition) AND
                    d.partition_id = p_partition AND d.hash = p_hashes[i] AND d.committed_at > now() - v_keep;
             v_off[i] := v_found;
         END LOOP;
@@ -896,7 +900,7 @@ BEGIN
         ), gone AS (
             DELETE FROM queenside.dedup d
              USING (SELECT DISTINCT queenside.transaction_hash(t) AS h FROM seg, unnest(seg.transaction_ids) t) x
-             WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(x.h, w.id) AND 
+             WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(x.h, w.id) AND
                    d.partition_id = w.id AND d.hash = x.h AND d.committed_at < w.cutoff
             RETURNING 1
         )
@@ -941,10 +945,13 @@ BEGIN
           LEFT JOIN queenside.queues q ON q.id = p.queue_id
          WHERE o.before < p_max_hashes
     ), gone AS (
+        -- The keys are worked out first (OFFSET 0 keeps the subquery whole),
+        -- so that each is one look-up of dedup_key.
         DELETE FROM queenside.dedup d
-         USING (SELECT due.partition_id, due.cutoff, h FROM due, unnest(due.hashes) h
-                 WHERE due.committed_at < due.cutoff) x
-         WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(x.h, x.partition_id) AND 
+         USING (SELECT due.partition_id, due.cutoff, h, uuid_hash_extended(h, due.partition_id) AS k
+                  FROM due, unnest(due.hashes) h
+                 WHERE due.committed_at < due.cutoff OFFSET 0) x
+         WHERE uuid_hash_extended(d.hash, d.partition_id) = x.k AND
                d.partition_id = x.partition_id AND d.hash = x.h AND d.committed_at < x.cutoff
         RETURNING 1
     ), done AS (
