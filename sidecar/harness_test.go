@@ -49,8 +49,15 @@ func startSidecar(t testing.TB, dbURL string, opts Options) *testSidecar {
 	if dbURL == "" {
 		dbURL = pgtest.NewDatabase(t)
 	}
+	return startSidecarWith(t, store.Options{URL: dbURL}, dbURL, opts)
+}
+
+// startSidecarWith serves a new sidecar that reaches PostgreSQL as db says;
+// dbURL is the database itself, for assertions.
+func startSidecarWith(t testing.TB, db store.Options, dbURL string, opts Options) *testSidecar {
+	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dbURL, testLogger())
+	st, err := store.OpenWith(ctx, db, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

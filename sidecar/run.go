@@ -24,9 +24,12 @@ const DefaultRetentionInterval = janitor.DefaultInterval
 
 // Config is everything `queenside serve` is told.
 type Config struct {
-	SocketPath    string
-	SocketMode    os.FileMode
-	DatabaseURL   string
+	SocketPath  string
+	SocketMode  os.FileMode
+	DatabaseURL string
+	// Database says how else to reach PostgreSQL (its URL is DatabaseURL):
+	// a session URL past a pooler, the listener, the connection bound.
+	Database      store.Options
 	SpoolDir      string
 	SpoolMaxBytes int64 // 0: the spool's default, 1 GiB
 	HTTPAddr      string
@@ -56,10 +59,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL, log.Named("store"))
+	dbOpts := cfg.Database
+	dbOpts.URL = cfg.DatabaseURL
+	st, err := store.OpenWith(ctx, dbOpts, log.Named("store"))
 	if err != nil {
 		return err
 	}
+	log.Info("database", "pool_connections", st.PoolSize(), "query_exec_mode", st.QueryExecMode(), "listener", st.Listening())
 	defer st.Close()
 	var buf *buffer.Buffer
 	if cfg.SpoolDir != "" {

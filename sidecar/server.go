@@ -95,6 +95,7 @@ func New(st *store.Store, opts Options) *Server {
 	s.pops = newPopHub(s)
 	s.ops = s.operations()
 	s.metrics = newMetrics(s)
+	st.OnLocalPush(s.wakes.wake)
 	go st.Listen(ctx, s.wakes.wake, s.wakes.wakeAll)
 	return s
 }

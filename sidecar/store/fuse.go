@@ -60,9 +60,31 @@ func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	}
 	select {
 	case r := <-job.done:
+		if r.err == nil {
+			s.wakeLocally(msgs)
+		}
 		return r.out, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// OnLocalPush sets what Push calls, for each queue of a stored push, when
+// there is no listener to hear the push's notification: this sidecar's
+// own waiting pops are then woken at once, and only other sidecars'
+// wait for their next look.
+func (s *Store) OnLocalPush(wake func(queue string)) { s.localWake = wake }
+
+func (s *Store) wakeLocally(msgs []Message) {
+	if s.listenURL != "" || s.localWake == nil {
+		return
+	}
+	var last string
+	for _, m := range msgs {
+		if m.Queue != last { // a push's items are mostly of one queue
+			s.localWake(m.Queue)
+			last = m.Queue
+		}
 	}
 }
 

@@ -15,7 +15,14 @@ const WakeChannel = "queenside_wake"
 // ctx ends, on a connection of its own, reconnecting after failures.
 // onConnect runs after each (re)connection: notifications sent while the
 // connection was down are lost, so waiters must look again.
+//
+// With no listener (ListenNone) it returns at once: waiters then rely on
+// their own periodic looks.
 func (s *Store) Listen(ctx context.Context, onWake func(queue string), onConnect func()) {
+	if s.listenURL == "" {
+		s.log.Info("no notification listener (--listen-database-url none): waiting pops look for new messages every second")
+		return
+	}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := s.listenOnce(ctx, onWake, onConnect)
@@ -33,7 +40,12 @@ func (s *Store) Listen(ctx context.Context, onWake func(queue string), onConnect
 }
 
 func (s *Store) listenOnce(ctx context.Context, onWake func(string), onConnect func()) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cfg, err := pgx.ParseConfig(s.listenURL)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["application_name"] = applicationName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -62,11 +62,12 @@ type OrphanBatch struct {
 	More     bool
 }
 
-// LockRetention takes the janitors' advisory lock, without waiting, on a
-// connection of its own. ok is false, with no session, when another
+// LockRetention takes the janitors' advisory lock, without waiting, on the
+// session connection (a lock of the session: never through a transaction
+// pooler). ok is false, with no session, when another
 // janitor holds it.
 func (s *Store) LockRetention(ctx context.Context) (_ *RetentionSession, ok bool, err error) {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.session.Acquire(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("retention: %w", err)
 	}

@@ -16,36 +16,65 @@ import (
 
 // Store is a pool of connections to the shared database.
 type Store struct {
-	pool   *pgxpool.Pool
-	log    hclog.Logger
-	parts  idCache[partitionKey, int64]
-	groups idCache[groupKey, groupIDs]
-	trips  *roundTrips
-	pushes chan *pushJob  // to the group-commit workers
-	rounds chan *roundJob // to the consumption round worker
-	gate   txGate
-	stop   context.CancelFunc
+	pool *pgxpool.Pool
+	// session holds one connection straight to PostgreSQL, for the
+	// janitor's lock and migrations; listenURL is where LISTEN goes ("" for
+	// nowhere: waiting pops then look every second).
+	session   *pgxpool.Pool
+	listenURL string
+	localWake func(queue string) // see OnLocalPush
+	log       hclog.Logger
+	parts     idCache[partitionKey, int64]
+	groups    idCache[groupKey, groupIDs]
+	trips     *roundTrips
+	pushes    chan *pushJob  // to the group-commit workers
+	rounds    chan *roundJob // to the consumption round worker
+	gate      txGate
+	stop      context.CancelFunc
 }
 
-// Open connects to the database at url. It does not migrate; call Migrate.
+// Open connects to the database at url with the default Options.
 func Open(ctx context.Context, url string, log hclog.Logger) (*Store, error) {
+	return OpenWith(ctx, Options{URL: url}, log)
+}
+
+// OpenWith connects as opts says. It does not migrate; call Migrate.
+func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	plan, err := opts.plan()
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	cfg, err := pgxpool.ParseConfig(opts.URL)
 	if err != nil {
 		return nil, fmt.Errorf("open store: parse database url: %w", err)
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "queenside"
+	plan.apply(cfg)
 	trips := &roundTrips{}
 	cfg.ConnConfig.Tracer = trips
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	// The session pool: one connection for what must keep a session of its
+	// own (the janitor's lock, migrations), straight to PostgreSQL.
+	scfg, err := pgxpool.ParseConfig(plan.sessionURL)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open store: parse session database url: %w", err)
+	}
+	scfg.ConnConfig.RuntimeParams["application_name"] = applicationName
+	scfg.MaxConns = 1
+	session, err := pgxpool.NewWithConfig(ctx, scfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	workers, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, log: log, trips: trips, pushes: make(chan *pushJob, pushQueueDepth),
-		rounds: make(chan *roundJob, roundQueueDepth), stop: stop}
+	s := &Store{pool: pool, session: session, listenURL: plan.listenURL, log: log, trips: trips,
+		pushes: make(chan *pushJob, pushQueueDepth), rounds: make(chan *roundJob, roundQueueDepth), stop: stop}
 	s.runPushers(workers)
 	go s.runRounds(workers)
 	return s, nil
@@ -55,11 +84,12 @@ func Open(ctx context.Context, url string, log hclog.Logger) (*Store, error) {
 func (s *Store) Close() {
 	s.stop()
 	s.pool.Close()
+	s.session.Close()
 }
 
 // Migrate applies pending migrations under the shared advisory lock.
 func (s *Store) Migrate(ctx context.Context) ([]int, error) {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.session.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
