@@ -50,7 +50,19 @@ func (s *Server) initdb(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("initdb %s: %w\n%s", s.pgdata, err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	if len(s.opts.Settings) == 0 {
+		return nil
+	}
+	// In the configuration file too, not only on the command line: tools
+	// that start the server themselves (pg_rewind's crash recovery) and
+	// standbys copied from it see them there.
+	f, err := os.OpenFile(filepath.Join(s.pgdata, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintf(f, "\n%s\n", strings.Join(s.opts.Settings, "\n"))
+	return err
 }
 
 // running reports whether a postmaster is alive on pgdata. pg_ctl status
@@ -83,6 +95,9 @@ func (s *Server) serverOptions() string {
 		"-k", shellQuote(s.sockDir),
 		"-p", strconv.Itoa(port),
 		"-c", "max_connections=300", // parallel tests each hold pools
+	}
+	for _, setting := range s.opts.Settings {
+		opts = append(opts, "-c", shellQuote(setting))
 	}
 	if s.opts.Fast {
 		opts = append(opts,

@@ -24,6 +24,9 @@ type Options struct {
 	// and full_page_writes off. The default keeps PostgreSQL's durable
 	// settings, so fault-injection runs see real crash behaviour.
 	Fast bool
+	// Settings are more server settings, each "name=value" (for instance
+	// wal_log_hints=on, which pg_rewind needs).
+	Settings []string
 	// Logger receives progress messages; nil discards them.
 	Logger hclog.Logger
 }

@@ -1,0 +1,409 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	queenside "github.com/queenside/queenside/clients/go"
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/pgserver"
+)
+
+// A failover to a standby, as a PostgreSQL run with a synchronous standby
+// does it: the primary dies (pg_ctl stop -m immediate), the standby is
+// promoted, and the sidecars, given both servers in one multi-host URL with
+// target_session_attrs=read-write, follow the new primary. Then back: the
+// old primary is rewound (pg_rewind) to follow the new one, made its
+// synchronous standby, and promoted when the new one dies in turn.
+
+const (
+	failoverParts = 8
+	failoverBatch = 50
+)
+
+// execOn runs sql on server (database postgres) and fails the test on error.
+func execOn(t *testing.T, server *pgserver.Server, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, server.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// makeSynchronous has primary wait for a standby's flush at every commit,
+// and waits until a standby streams as synchronous.
+func makeSynchronous(t *testing.T, primary *pgserver.Server) {
+	t.Helper()
+	execOn(t, primary, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+	execOn(t, primary, "SELECT pg_reload_conf()")
+	waitFor(t, 60*time.Second, "a synchronous standby", func() bool {
+		conn, err := pgx.Connect(context.Background(), primary.URL("postgres"))
+		if err != nil {
+			return false
+		}
+		defer conn.Close(context.Background())
+		var n int
+		err = conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'").Scan(&n)
+		return err == nil && n > 0
+	})
+}
+
+// promote makes standby the primary, and, having no standby of its own
+// yet, stops it waiting for one (else every commit would hang).
+func promote(t *testing.T, standby *pgserver.Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	execOn(t, standby, "ALTER SYSTEM RESET synchronous_standby_names")
+	execOn(t, standby, "SELECT pg_reload_conf()")
+}
+
+// multiHostURL names both servers, the writable one to be used.
+func multiHostURL(servers ...*pgserver.Server) string {
+	var hosts, ports []string
+	for _, s := range servers {
+		hosts = append(hosts, s.SocketDir())
+		ports = append(ports, "5432")
+	}
+	q := url.Values{}
+	q.Set("host", strings.Join(hosts, ","))
+	q.Set("port", strings.Join(ports, ","))
+	q.Set("target_session_attrs", "read-write")
+	q.Set("connect_timeout", "2")
+	q.Set("sslmode", "disable")
+	return "postgres://postgres@/postgres?" + q.Encode()
+}
+
+// failoverProducer pushes numbered items to its queue through one sidecar,
+// batch after batch, and notes when pushes were answered buffered.
+type failoverProducer struct {
+	queue    string
+	c        *queenside.Client
+	mu       sync.Mutex
+	pushed   int
+	buffered int
+	spooled  []time.Time // when pushes were answered buffered
+}
+
+func (p *failoverProducer) push(t *testing.T, batches int) {
+	for range batches {
+		p.mu.Lock()
+		from := p.pushed
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res, err := p.c.Push(ctx, numbered(t, p.queue, from, failoverBatch, failoverParts)...)
+		cancel()
+		if err != nil {
+			t.Errorf("push %s from %d: %v", p.queue, from, err)
+			return
+		}
+		now := time.Now()
+		buffered := 0
+		for _, r := range res {
+			switch r.Status {
+			case protocol.StatusBuffered:
+				buffered++
+			case protocol.StatusQueued:
+			default:
+				t.Errorf("push %s item %d: %s %v; want queued or buffered", p.queue, from+r.Index, r.Status, r.Error)
+				return
+			}
+		}
+		p.mu.Lock()
+		p.pushed += len(res)
+		p.buffered += buffered
+		if buffered > 0 {
+			p.spooled = append(p.spooled, now)
+		}
+		p.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// failoverConsumer pops and acks one queue through one sidecar and checks
+// what it receives: each partition's first deliveries in offset order, a
+// message delivered again only flagged redelivered, and none after its ack
+// succeeded.
+type failoverConsumer struct {
+	queue  string
+	c      *queenside.Client
+	mu     sync.Mutex
+	first  map[string]bool // transaction ids received
+	acked  map[string]bool
+	next   map[string]int64 // per partition, the offset a first delivery must exceed
+	failed []time.Time      // when pops failed (unavailable)
+	errs   []string
+}
+
+func newFailoverConsumer(queue string, c *queenside.Client) *failoverConsumer {
+	return &failoverConsumer{queue: queue, c: c, first: map[string]bool{}, acked: map[string]bool{}, next: map[string]int64{}}
+}
+
+func (c *failoverConsumer) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := c.c.Pop(ctx, protocol.PopArgs{Queue: c.queue, Group: "g", Batch: 100, Partitions: 4, WaitMs: 200, LeaseSeconds: 5})
+		cancel()
+		if err != nil {
+			c.mu.Lock()
+			c.failed = append(c.failed, time.Now())
+			c.mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		c.receive(res.Messages)
+		if len(res.Messages) == 0 {
+			continue
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		ar, err := c.c.Ack(ctx, completedAll(res)...)
+		cancel()
+		if err != nil {
+			continue // not acked: the leases lapse and the messages come again, flagged
+		}
+		c.mu.Lock()
+		for _, r := range ar.Results {
+			if r.Success {
+				c.acked[res.Messages[r.Index].TransactionID] = true
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *failoverConsumer) receive(msgs []protocol.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range msgs {
+		switch {
+		case c.acked[m.TransactionID]:
+			c.errs = append(c.errs, fmt.Sprintf("%s came back after its ack succeeded", m.TransactionID))
+		case c.first[m.TransactionID]:
+			if !m.Redelivered {
+				c.errs = append(c.errs, fmt.Sprintf("%s delivered again, not flagged redelivered", m.TransactionID))
+			}
+		default:
+			c.first[m.TransactionID] = true
+			if next, seen := c.next[m.Partition]; seen && m.Offset < next {
+				c.errs = append(c.errs, fmt.Sprintf("%s: offset %d first delivered after %d", m.Partition, m.Offset, next-1))
+			}
+			c.next[m.Partition] = m.Offset + 1
+		}
+	}
+}
+
+func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	// pg_rewind needs hint bits logged on the server it rewinds, and its WAL
+	// back to the last checkpoint before the two diverged.
+	settings := []string{"wal_log_hints=on", "wal_keep_size=256MB"}
+	a, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, "a"), Settings: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Stop("immediate") }) //nolint:errcheck // best effort
+	b, err := pgserver.StartStandby(ctx, a, pgserver.Options{Dir: filepath.Join(dir, "b"), Settings: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Stop("immediate") }) //nolint:errcheck // best effort
+	makeSynchronous(t, a)
+
+	dbURL := multiHostURL(a, b)
+	sidecars := []*sidecarProcess{launchSidecar(t, dbURL, t.TempDir()), launchSidecar(t, dbURL, t.TempDir())}
+	for _, sc := range sidecars {
+		sc.waitReplayed(t)
+	}
+	var producers []*failoverProducer
+	var consumers []*failoverConsumer
+	for i, sc := range sidecars {
+		queue := fmt.Sprintf("fo%d", i)
+		producers = append(producers, &failoverProducer{queue: queue, c: dialClient(t, sc.socket)})
+		// Each queue is consumed through the other sidecar.
+		consumers = append(consumers, newFailoverConsumer(queue, dialClient(t, sidecars[1-i].socket)))
+	}
+	stop := make(chan struct{})
+	var consuming sync.WaitGroup
+	for _, c := range consumers {
+		consuming.Go(func() { c.run(stop) })
+	}
+	traffic := func(batches int) {
+		var wg sync.WaitGroup
+		for _, p := range producers {
+			wg.Go(func() { p.push(t, batches) })
+		}
+		wg.Wait()
+	}
+	// failover stops from with traffic flowing, promotes to, and returns
+	// when the stop began and, from sidecar 0's health, how long the
+	// database was unavailable to it.
+	type gap struct {
+		stopped          time.Time
+		unhealthy, ready time.Duration // health 503 from, and 200 again at, after stopped
+	}
+	failover := func(from, to *pgserver.Server) gap {
+		var wg sync.WaitGroup
+		wg.Go(func() { traffic(40) })
+		time.Sleep(300 * time.Millisecond) // with pushes and pops in flight
+		g := gap{stopped: time.Now()}
+		sampled := make(chan struct{})
+		promoted := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			for {
+				ok := healthy(sidecars[0].socket)
+				since := time.Since(g.stopped)
+				if !ok && g.unhealthy == 0 {
+					g.unhealthy = since
+				}
+				select {
+				case <-promoted:
+					if ok {
+						g.ready = since
+						return
+					}
+				default:
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		if err := from.Stop("immediate"); err != nil {
+			t.Fatal(err)
+		}
+		promote(t, to)
+		close(promoted)
+		<-sampled
+		wg.Wait()
+		return g
+	}
+
+	traffic(10)
+	gaps := []gap{failover(a, b)}
+	traffic(10)
+	for _, sc := range sidecars {
+		if h := sc.health(t); h.Status != protocol.HealthOK {
+			t.Fatalf("after the failover to b: %+v", h)
+		}
+	}
+
+	// Back: a follows b, as its synchronous standby, and then replaces it.
+	if err := a.Rejoin(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			log, _ := os.ReadFile(a.LogFile())
+			t.Logf("a's log:\n%s", log[max(0, len(log)-3000):])
+		}
+	})
+	makeSynchronous(t, b)
+	traffic(10)
+	gaps = append(gaps, failover(b, a))
+	traffic(10)
+
+	for k, g := range gaps {
+		if g.unhealthy == 0 {
+			t.Errorf("failover %d: health never answered 503", k+1)
+		}
+		t.Logf("failover %d: health 503 from %.2f s to %.2f s after the primary stopped", k+1, g.unhealthy.Seconds(), g.ready.Seconds())
+	}
+	for _, sc := range sidecars {
+		sc.waitReplayed(t)
+	}
+	waitFor(t, 60*time.Second, "every message to be delivered", func() bool {
+		for i, c := range consumers {
+			c.mu.Lock()
+			n := len(c.first)
+			c.mu.Unlock()
+			if n < producers[i].pushed {
+				return false
+			}
+		}
+		return true
+	})
+	close(stop)
+	consuming.Wait()
+
+	pool := (&privatePostgres{Server: a, url: a.URL("postgres")}).pool(t)
+	for i, p := range producers {
+		checkStoredOnceInOrder(t, pool, p.queue, p.pushed, failoverParts, nil)
+		c := consumers[i]
+		if len(c.errs) > 0 {
+			t.Fatalf("%s: %d delivery errors, first: %s", c.queue, len(c.errs), c.errs[0])
+		}
+		if len(c.first) != p.pushed {
+			t.Fatalf("%s: %d delivered of %d pushed", c.queue, len(c.first), p.pushed)
+		}
+		for k, g := range gaps {
+			next := time.Now()
+			if k+1 < len(gaps) {
+				next = gaps[k+1].stopped
+			}
+			spooled := within(p.spooled, g.stopped, next)
+			failed := within(c.failed, g.stopped, next)
+			if len(spooled) == 0 {
+				t.Errorf("%s: no push was answered buffered in failover %d", p.queue, k+1)
+				continue
+			}
+			t.Logf("%s, failover %d: pushes answered buffered from %.2f to %.2f s after the primary stopped; pops failed (unavailable) %s",
+				p.queue, k+1, spooled[0].Sub(g.stopped).Seconds(), spooled[len(spooled)-1].Sub(g.stopped).Seconds(), span(failed, g.stopped))
+		}
+		t.Logf("%s: %d pushed (%d buffered), all delivered once, in order", p.queue, p.pushed, p.buffered)
+	}
+}
+
+// within is the times in [from, to).
+func within(times []time.Time, from, to time.Time) []time.Time {
+	var out []time.Time
+	for _, x := range times {
+		if !x.Before(from) && x.Before(to) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func span(times []time.Time, since time.Time) string {
+	if len(times) == 0 {
+		return "never"
+	}
+	return fmt.Sprintf("from %.2f to %.2f s", times[0].Sub(since).Seconds(), times[len(times)-1].Sub(since).Seconds())
+}
+
+// healthy asks a sidecar's health over its socket: is the database there?
+func healthy(socket string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := queenside.Dial(ctx, socket)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	h, err := c.Health(ctx)
+	return err == nil && h.Status == protocol.HealthOK
+}

@@ -1,0 +1,144 @@
+package pgserver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
+)
+
+// Streaming replication, for tests of a failover: a standby made from a
+// primary with pg_basebackup, its promotion, and the old primary rewound
+// with pg_rewind to follow the new one.
+
+// tool finds a server program (pg_basebackup, pg_rewind) beside pg_ctl,
+// following a symlink to where the distribution keeps them.
+func (b *binaries) tool(name string) (string, error) {
+	dirs := []string{b.dir}
+	if real, err := filepath.EvalSymlinks(filepath.Join(b.dir, "pg_ctl")); err == nil {
+		dirs = append(dirs, filepath.Dir(real))
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s not found beside %s", name, b.pgCtl)
+}
+
+// conninfo is a libpq connection string to the server's socket, as a
+// standby's primary_conninfo names its primary.
+func (s *Server) conninfo() string {
+	return fmt.Sprintf("host=%s port=%d user=postgres", s.sockDir, port)
+}
+
+// StartStandby copies primary into opts.Dir with pg_basebackup, as a
+// streaming standby of it (-R: standby.signal and primary_conninfo), and
+// starts it. Its name in pg_stat_replication is filepath.Base(opts.Dir).
+func StartStandby(ctx context.Context, primary *Server, opts Options) (*Server, error) {
+	s := &Server{opts: opts, log: opts.Logger}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if s.ra, err = newRunAs(); err != nil {
+		return nil, err
+	}
+	base, err := baseDir(dir, s.ra, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.pgdata, s.logFile, s.bin = filepath.Join(base, "pgdata"), filepath.Join(base, "postgres.log"), primary.bin
+	if err := os.MkdirAll(s.pgdata, 0o700); err != nil {
+		return nil, err
+	}
+	if err := s.ra.chown(s.pgdata); err != nil {
+		return nil, err
+	}
+	basebackup, err := s.bin.tool("pg_basebackup")
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: %w", err)
+	}
+	conn := primary.conninfo() + " application_name=" + filepath.Base(dir)
+	out, err := s.ra.command(ctx, basebackup, "-D", s.pgdata, "-R", "-X", "stream", "-c", "fast", "-d", conn).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: pg_basebackup: %w\n%s", err, strings.TrimSpace(string(out)))
+	}
+	if s.sockDir, err = makeSocketDir(s.ra); err != nil {
+		return nil, err
+	}
+	if err := s.pgCtlStart(ctx); err != nil {
+		return nil, fmt.Errorf("pgserver: %w", err)
+	}
+	return s, nil
+}
+
+// Promote ends recovery on a standby: it becomes a primary.
+func (s *Server) Promote(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out, err := s.ra.command(ctx, s.bin.pgCtl, "promote", "-w", "-t", waitSeconds(ctx), "-D", s.pgdata).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgserver: pg_ctl promote: %w\n%s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Rejoin makes this stopped server, a primary that lost its place, a
+// standby of source: pg_rewind takes its data back to where the two
+// diverged (the server needs wal_log_hints or data checksums; pg_rewind
+// first finishes the crash recovery of a server stopped in immediate
+// mode), writes standby.signal and a primary_conninfo naming source, and
+// the server starts again with its socket directory and port.
+func (s *Server) Rejoin(ctx context.Context, source *Server) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rewind, err := s.bin.tool("pg_rewind")
+	if err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	// A promoted server records its new timeline in pg_control at its next
+	// checkpoint, and pg_rewind reads it there: until then it finds both on
+	// one timeline and rewinds nothing.
+	if err := source.checkpoint(ctx); err != nil {
+		return fmt.Errorf("pgserver: checkpoint on the source: %w", err)
+	}
+	conn := source.conninfo() + " application_name=" + filepath.Base(filepath.Dir(s.pgdata))
+	out, err := s.ra.command(ctx, rewind, "--target-pgdata", s.pgdata, "--source-server", conn, "--write-recovery-conf").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgserver: pg_rewind: %w\n%s", err, strings.TrimSpace(string(out)))
+	}
+
+	if err := ensureSocketDir(s.ra, s.sockDir); err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	if err := s.pgCtlStart(ctx); err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) checkpoint(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, s.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CHECKPOINT")
+	return err
+}
