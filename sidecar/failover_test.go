@@ -335,6 +335,28 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 	for _, sc := range sidecars {
 		sc.waitReplayed(t)
 	}
+	// Each sidecar's listener followed the primary: a long-poll on one is
+	// woken by a push through the other.
+	pool := (&privatePostgres{Server: a, url: a.URL("postgres")}).pool(t)
+	waitFor(t, 10*time.Second, "both listeners on the new primary", func() bool {
+		var n int
+		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queenside' AND query LIKE 'LISTEN%'").Scan(&n)
+		return err == nil && n == 2
+	})
+	woken := make(chan int, 1)
+	waiter := dialClient(t, sidecars[1].socket)
+	go func() {
+		res, err := waiter.Pop(context.Background(), protocol.PopArgs{Queue: "after", Group: "g", WaitMs: 20000, AutoAck: true})
+		if err != nil {
+			t.Error(err)
+		}
+		woken <- len(res.Messages)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	mustPush(t, dialClient(t, sidecars[0].socket), item(t, "after", "p", "", "x"))
+	if n := <-woken; n != 1 {
+		t.Fatalf("the long-poll after the failovers got %d messages", n)
+	}
 	waitFor(t, 60*time.Second, "every message to be delivered", func() bool {
 		for i, c := range consumers {
 			c.mu.Lock()
@@ -349,7 +371,6 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 	close(stop)
 	consuming.Wait()
 
-	pool := (&privatePostgres{Server: a, url: a.URL("postgres")}).pool(t)
 	for i, p := range producers {
 		checkStoredOnceInOrder(t, pool, p.queue, p.pushed, failoverParts, nil)
 		c := consumers[i]
