@@ -96,8 +96,12 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 			checksum   text,
 			applied_at timestamptz NOT NULL DEFAULT now()
 		);
-		ALTER TABLE queenside.schema_migrations ADD COLUMN IF NOT EXISTS checksum text`); err != nil {
+		ALTER TABLE queenside.schema_migrations ADD COLUMN IF NOT EXISTS checksum text;
+		ALTER TABLE queenside.schema_migrations ADD COLUMN IF NOT EXISTS oldest_compatible integer`); err != nil {
 		return nil, fmt.Errorf("migrate: create bookkeeping: %w", err)
+	}
+	if err := checkNotTooOld(ctx, conn, ms[len(ms)-1].Version); err != nil {
+		return nil, err
 	}
 	applied, err := appliedChecksums(ctx, conn)
 	if err != nil {
@@ -116,8 +120,8 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO queenside.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-				m.Version, m.Name, m.Checksum())
+			_, err := tx.Exec(ctx, "INSERT INTO queenside.schema_migrations (version, name, checksum, oldest_compatible) VALUES ($1, $2, $3, $4)",
+				m.Version, m.Name, m.Checksum(), m.Version-1)
 			return err
 		})
 		if err != nil {
@@ -126,6 +130,38 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// The upgrade rule: sidecars of two releases share a database while pods
+// are upgraded one at a time, and the newer migrates the schema under the
+// older. So a migration keeps every SQL call of the release before it
+// working (old function signatures stay until the release after), and
+// records the oldest schema whose sidecars may still run on it: the one
+// before it. A sidecar whose newest migration is older than that refuses to
+// start, rather than call functions that may be gone.
+
+// ErrSchemaTooNew means the database's schema is more than one release
+// ahead of this build.
+var ErrSchemaTooNew = errors.New("migrate: the database's schema is too new for this build")
+
+// checkNotTooOld refuses a build whose newest migration is below what the
+// newest applied migration allows.
+func checkNotTooOld(ctx context.Context, conn *pgx.Conn, newest int) error {
+	var version, oldest int32
+	err := conn.QueryRow(ctx, `SELECT version, coalesce(oldest_compatible, version - 1)
+		FROM queenside.schema_migrations ORDER BY version DESC LIMIT 1`).Scan(&version, &oldest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("migrate: read the schema version: %w", err)
+	}
+	if int(oldest) > newest {
+		return fmt.Errorf("%w: the database is at schema version %d, which sidecars knowing version %d or later may use; "+
+			"this build knows versions up to %d: run a newer queenside (a downgrade across more than one release is not supported)",
+			ErrSchemaTooNew, version, oldest, newest)
+	}
+	return nil
 }
 
 // ErrSchemaMismatch means a migration was applied in a form other than

@@ -3,6 +3,8 @@ package schema_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,6 +126,37 @@ func TestAChangedMigrationIsRefused(t *testing.T) {
 	err := schema.Migrate(context.Background(), conn)
 	if !errors.Is(err, schema.ErrSchemaMismatch) {
 		t.Fatalf("migrating over a different schema: %v, want ErrSchemaMismatch", err)
+	}
+	t.Log(err)
+}
+
+// A build runs on a schema one migration ahead of it (the next release
+// migrating under it), and refuses one further ahead, saying why.
+func TestASchemaMoreThanOneReleaseAheadIsRefused(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, emptyDatabase(t))
+	if err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := ms[len(ms)-1].Version
+	next := func(v int) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, "INSERT INTO queenside.schema_migrations (version, name, checksum, oldest_compatible) VALUES ($1, 'future', 'x', $2)", v, v-1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next(newest + 1)
+	if err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatalf("one release ahead: %v, want it to run", err)
+	}
+	next(newest + 2)
+	err = schema.Migrate(ctx, conn)
+	if !errors.Is(err, schema.ErrSchemaTooNew) || !strings.Contains(err.Error(), fmt.Sprintf("up to %d", newest)) {
+		t.Fatalf("two releases ahead: %v, want ErrSchemaTooNew naming this build's version", err)
 	}
 	t.Log(err)
 }

@@ -157,7 +157,10 @@ func newFailoverConsumer(queue string, c *queenside.Client) *failoverConsumer {
 	return &failoverConsumer{queue: queue, c: c, first: map[string]bool{}, acked: map[string]bool{}, next: map[string]int64{}}
 }
 
-func (c *failoverConsumer) run(stop <-chan struct{}) {
+func (c *failoverConsumer) run(stop <-chan struct{}) { c.runOn(c.c, stop) }
+
+// runOn consumes through client until stop.
+func (c *failoverConsumer) runOn(client *queenside.Client, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
@@ -165,7 +168,7 @@ func (c *failoverConsumer) run(stop <-chan struct{}) {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		res, err := c.c.Pop(ctx, protocol.PopArgs{Queue: c.queue, Group: "g", Batch: 100, Partitions: 4, WaitMs: 200, LeaseSeconds: 5})
+		res, err := client.Pop(ctx, protocol.PopArgs{Queue: c.queue, Group: "g", Batch: 100, Partitions: 4, WaitMs: 200, LeaseSeconds: 5})
 		cancel()
 		if err != nil {
 			c.mu.Lock()
@@ -179,7 +182,7 @@ func (c *failoverConsumer) run(stop <-chan struct{}) {
 			continue
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-		ar, err := c.c.Ack(ctx, completedAll(res)...)
+		ar, err := client.Ack(ctx, completedAll(res)...)
 		cancel()
 		if err != nil {
 			continue // not acked: the leases lapse and the messages come again, flagged

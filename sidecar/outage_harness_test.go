@@ -87,11 +87,18 @@ func (p *sidecarProcess) logText() string { return p.log.String() }
 // answers, whatever the database does.
 func launchSidecar(t *testing.T, dbURL, spoolDir string, extra ...string) *sidecarProcess {
 	t.Helper()
+	return launchSidecarBinary(t, queensideBinary(t), dbURL, spoolDir, extra...)
+}
+
+// launchSidecarBinary is launchSidecar with a binary of the caller's (say,
+// an earlier release's).
+func launchSidecarBinary(t *testing.T, binary, dbURL, spoolDir string, extra ...string) *sidecarProcess {
+	t.Helper()
 	p := &sidecarProcess{socket: filepath.Join(shortTempDir(t), "qs.sock"), spoolDir: spoolDir,
 		httpAddr: freeAddr(t), exited: make(chan struct{})}
 	args := append([]string{"serve", "--socket", p.socket, "--database-url", dbURL, "--spool-dir", spoolDir,
 		"--http-addr", p.httpAddr, "--log-level", "info", "--shutdown-grace", "10s"}, extra...)
-	p.cmd = exec.Command(queensideBinary(t), args...)
+	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
