@@ -83,6 +83,11 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Sidecars starting together on a migrated database, the usual case,
+	// find it so without queueing on the lock, each holding a connection.
+	if upToDate(ctx, conn, ms) {
+		return nil, checkNotTooOld(ctx, conn, ms[len(ms)-1].Version)
+	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
 		return nil, fmt.Errorf("migrate: take lock: %w", err)
 	}
@@ -167,6 +172,30 @@ func checkNotTooOld(ctx context.Context, conn *pgx.Conn, newest int) error {
 // ErrSchemaMismatch means a migration was applied in a form other than
 // the one embedded in this build: the schema is not what the code expects.
 var ErrSchemaMismatch = errors.New("migrate: schema mismatch")
+
+// upToDate tells whether every migration of ms is applied as it is here
+// and the bookkeeping is this build's. Any doubt (no table yet, an older
+// bookkeeping, an error) answers false: the caller then migrates under the
+// lock, which checks everything again.
+func upToDate(ctx context.Context, conn *pgx.Conn, ms []Migration) bool {
+	var columns int
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
+		WHERE table_schema = 'queenside' AND table_name = 'schema_migrations'
+		  AND column_name IN ('checksum', 'oldest_compatible')`).Scan(&columns)
+	if err != nil || columns != 2 {
+		return false
+	}
+	applied, err := appliedChecksums(ctx, conn)
+	if err != nil {
+		return false
+	}
+	for _, m := range ms {
+		if applied[m.Version] != m.Checksum() {
+			return false
+		}
+	}
+	return true
+}
 
 // Checksum identifies a migration's exact text.
 func (m Migration) Checksum() string {

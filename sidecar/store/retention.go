@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 )
 
 // The janitor's database side: its advisory lock, and the retention
@@ -27,7 +27,7 @@ const (
 
 // RetentionSession is a connection holding the janitors' advisory lock.
 type RetentionSession struct {
-	conn *pgxpool.Conn
+	conn *pgx.Conn
 }
 
 // Budget bounds one batch: about so many segments or messages (at least
@@ -62,22 +62,22 @@ type OrphanBatch struct {
 	More     bool
 }
 
-// LockRetention takes the janitors' advisory lock, without waiting, on the
-// session connection (a lock of the session: never through a transaction
-// pooler). ok is false, with no session, when another
-// janitor holds it.
+// LockRetention takes the janitors' advisory lock, without waiting, on a
+// session connection of its own (a lock of the session: never through a
+// transaction pooler). ok is false, with no session, when another janitor
+// holds it.
 func (s *Store) LockRetention(ctx context.Context) (_ *RetentionSession, ok bool, err error) {
-	conn, err := s.session.Acquire(ctx)
+	conn, err := s.connectSession(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("retention: %w", err)
 	}
 	var locked bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", retentionLockKey).Scan(&locked); err != nil {
-		discard(conn)
+		closeQuietly(conn)
 		return nil, false, fmt.Errorf("retention: take the lock: %w", err)
 	}
 	if !locked {
-		conn.Release()
+		closeQuietly(conn)
 		return nil, false, nil
 	}
 	r := &RetentionSession{conn: conn}
@@ -90,26 +90,13 @@ func (s *Store) LockRetention(ctx context.Context) (_ *RetentionSession, ok bool
 	return r, true, nil
 }
 
-// Close gives the lock and the connection back. A connection whose lock or
-// settings cannot be undone is closed, never returned to the pool: closing
-// it is what ends its lock then.
-func (r *RetentionSession) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	undo := fmt.Sprintf("RESET statement_timeout; RESET lock_timeout; SELECT pg_advisory_unlock(%d)", retentionLockKey)
-	if _, err := r.conn.Exec(ctx, undo); err != nil {
-		discard(r.conn)
-		return
-	}
-	r.conn.Release()
-}
+// Close ends the session, and with it the lock.
+func (r *RetentionSession) Close() { closeQuietly(r.conn) }
 
-// discard closes a pooled connection so that the pool drops it.
-func discard(conn *pgxpool.Conn) {
+func closeQuietly(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	conn.Conn().Close(ctx) //nolint:errcheck // the pool drops a closed connection either way
-	conn.Release()
+	conn.Close(ctx) //nolint:errcheck // the server ends the session either way
 }
 
 // ExpireSegments deletes the segments the retention rules allow, from

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queenside/queenside/schema"
@@ -17,10 +18,11 @@ import (
 // Store is a pool of connections to the shared database.
 type Store struct {
 	pool *pgxpool.Pool
-	// session holds one connection straight to PostgreSQL, for the
-	// janitor's lock and migrations; listenURL is where LISTEN goes ("" for
-	// nowhere: waiting pops then look every second).
-	session   *pgxpool.Pool
+	// session is how to reach PostgreSQL itself for the janitor's lock and
+	// migrations, on a connection made for the purpose and closed after it,
+	// so that a hundred idle sidecars hold none; listenURL is where LISTEN
+	// goes ("" for nowhere: waiting pops then look every second).
+	session   *pgx.ConnConfig
 	listenURL string
 	localWake func(queue string) // see OnLocalPush
 	log       hclog.Logger
@@ -58,20 +60,12 @@ func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	// The session pool: one connection for what must keep a session of its
-	// own (the janitor's lock, migrations), straight to PostgreSQL.
-	scfg, err := pgxpool.ParseConfig(plan.sessionURL)
+	session, err := pgx.ParseConfig(plan.sessionURL)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open store: parse session database url: %w", err)
 	}
-	scfg.ConnConfig.RuntimeParams["application_name"] = applicationName
-	scfg.MaxConns = 1
-	session, err := pgxpool.NewWithConfig(ctx, scfg)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("open store: %w", err)
-	}
+	session.RuntimeParams["application_name"] = applicationName
 	workers, stop := context.WithCancel(context.Background())
 	s := &Store{pool: pool, session: session, listenURL: plan.listenURL, log: log, trips: trips,
 		pushes: make(chan *pushJob, pushQueueDepth), rounds: make(chan *roundJob, roundQueueDepth), stop: stop}
@@ -84,17 +78,21 @@ func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, erro
 func (s *Store) Close() {
 	s.stop()
 	s.pool.Close()
-	s.session.Close()
 }
 
 // Migrate applies pending migrations under the shared advisory lock.
 func (s *Store) Migrate(ctx context.Context) ([]int, error) {
-	conn, err := s.session.Acquire(ctx)
+	conn, err := s.connectSession(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	defer conn.Release()
-	return schema.MigrateVersions(ctx, conn.Conn())
+	defer conn.Close(context.WithoutCancel(ctx))
+	return schema.MigrateVersions(ctx, conn)
+}
+
+// connectSession opens a connection to PostgreSQL itself, for one job.
+func (s *Store) connectSession(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.ConnectConfig(ctx, s.session.Copy())
 }
 
 // Ping performs a real round trip and returns how long it took.
