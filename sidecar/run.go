@@ -175,6 +175,10 @@ func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger) er
 		if ctx.Err() != nil {
 			return nil
 		}
+		if store.IsRetryable(err) { // a deadlock with running transactions: try again
+			log.Warn("migration rolled back to resolve a conflict; retrying", "error", err)
+			continue
+		}
 		if !store.IsUnavailable(err) {
 			return err // already says it is about migrating
 		}

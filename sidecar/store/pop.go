@@ -114,13 +114,16 @@ func (s *Store) popAlone(ctx context.Context, reqs []PopRequest, maxBytes int) (
 
 // popRetrying is popOnce, looking the ids up again once when a cached one
 // names a group or partition that is gone.
-func (s *Store) popRetrying(ctx context.Context, reqs []PopRequest, maxBytes int) ([]protocol.PopResult, []int, error) {
-	res, sizes, err := s.popOnce(ctx, reqs, maxBytes)
-	if isNoData(err) {
-		s.groups.reset()
-		s.parts.reset()
+func (s *Store) popRetrying(ctx context.Context, reqs []PopRequest, maxBytes int) (res []protocol.PopResult, sizes []int, err error) {
+	err = againIfAborted(ctx, func() error {
 		res, sizes, err = s.popOnce(ctx, reqs, maxBytes)
-	}
+		if isNoData(err) {
+			s.groups.reset()
+			s.parts.reset()
+			res, sizes, err = s.popOnce(ctx, reqs, maxBytes)
+		}
+		return err
+	})
 	return res, sizes, err
 }
 

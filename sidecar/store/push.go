@@ -45,12 +45,15 @@ FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 // pushTx stores msgs in one PostgreSQL transaction, one statement, and
 // returns an outcome per message in order. Either every message is decided
 // or, on error, none is stored.
-func (s *Store) pushTx(ctx context.Context, msgs []Message) ([]Outcome, error) {
-	out, err := s.push(ctx, msgs)
-	if isNoData(err) { // a cached partition is gone
-		s.parts.reset()
+func (s *Store) pushTx(ctx context.Context, msgs []Message) (out []Outcome, err error) {
+	err = againIfAborted(ctx, func() error {
 		out, err = s.push(ctx, msgs)
-	}
+		if isNoData(err) { // a cached partition is gone
+			s.parts.reset()
+			out, err = s.push(ctx, msgs)
+		}
+		return err
+	})
 	return out, err
 }
 

@@ -250,7 +250,11 @@ func (s *Store) runRound(jobs []*roundJob) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fusedTxTimeout)
 	defer cancel()
-	answers, err := s.fusedRound(ctx, live)
+	var answers []roundResult
+	err := againIfAborted(ctx, func() (err error) {
+		answers, err = s.fusedRound(ctx, live)
+		return err
+	})
 	switch {
 	case err != nil && IsUnavailable(err):
 		for _, j := range live {
@@ -274,7 +278,10 @@ func (s *Store) runAlone(j *roundJob) {
 	if j.pops != nil {
 		r.pops, r.popErrs = s.popAlone(j.ctx, j.pops, j.maxBytes)
 	} else {
-		r.ack, r.err = ackThrough(j.ctx, s.pool, j.acks)
+		r.err = againIfAborted(j.ctx, func() (err error) {
+			r.ack, err = ackThrough(j.ctx, s.pool, j.acks)
+			return err
+		})
 	}
 	j.done <- r
 }

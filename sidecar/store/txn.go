@@ -39,11 +39,16 @@ func (e *ConflictError) Error() string {
 // with a push. The partitions are created (if new) before, on their own:
 // an empty partition is no effect of the transaction.
 func (s *Store) Transaction(ctx context.Context, acks []protocol.AckItem, msgs []Message) (protocol.AckResult, []Outcome, error) {
-	ackRes, outcomes, err := s.transaction(ctx, acks, msgs)
-	if isNoData(err) { // a cached partition is gone
-		s.parts.reset()
+	var ackRes protocol.AckResult
+	var outcomes []Outcome
+	err := againIfAborted(ctx, func() (err error) {
 		ackRes, outcomes, err = s.transaction(ctx, acks, msgs)
-	}
+		if isNoData(err) { // a cached partition is gone
+			s.parts.reset()
+			ackRes, outcomes, err = s.transaction(ctx, acks, msgs)
+		}
+		return err
+	})
 	return ackRes, outcomes, err
 }
 

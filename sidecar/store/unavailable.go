@@ -1,11 +1,14 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -35,4 +38,27 @@ func IsUnavailable(err error) bool {
 		errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.EOF)
+}
+
+// abortedToResolve tells whether PostgreSQL rolled a transaction back only
+// to break a deadlock (40P01) or a serialization failure (40001): nothing
+// of it was kept, and running it again is what it needs. A migration
+// taking its locks under running transactions is where a sidecar meets it.
+func abortedToResolve(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// IsRetryable is abortedToResolve for callers outside the store.
+func IsRetryable(err error) bool { return abortedToResolve(err) }
+
+// againIfAborted runs f, and again (three times at most, after a short
+// pause) while PostgreSQL aborts it to resolve a conflict.
+func againIfAborted(ctx context.Context, f func() error) error {
+	err := f()
+	for try := 1; try <= 3 && abortedToResolve(err) && ctx.Err() == nil; try++ {
+		time.Sleep(time.Duration(try*10+rand.IntN(20)) * time.Millisecond)
+		err = f()
+	}
+	return err
 }
