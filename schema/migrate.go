@@ -11,8 +11,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 //go:embed migrations/*.sql
@@ -122,6 +124,15 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			// Sidecars of the release before keep serving while this runs
+			// (see the upgrade rule above). A lock the migration cannot
+			// have within LockTimeout, shorter than PostgreSQL's deadlock
+			// check (1 s), fails the migration rather than one of theirs:
+			// it rolls back, their transactions go on, and it is tried
+			// again (ErrYielded).
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", LockTimeout.Milliseconds())); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
@@ -130,6 +141,9 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 			return err
 		})
 		if err != nil {
+			if yielded(err) {
+				err = fmt.Errorf("%w: %w", ErrYielded, err)
+			}
 			return done, fmt.Errorf("migrate: apply %s: %w", m.Name, err)
 		}
 		done = append(done, m.Version)
@@ -144,6 +158,19 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 // records the oldest schema whose sidecars may still run on it: the one
 // before it. A sidecar whose newest migration is older than that refuses to
 // start, rather than call functions that may be gone.
+
+// LockTimeout bounds the wait of a migration for each lock it takes.
+const LockTimeout = 500 * time.Millisecond
+
+// ErrYielded means a migration gave way to running transactions (a lock it
+// could not have in time, or a deadlock with them) and is to be tried
+// again.
+var ErrYielded = errors.New("migrate: gave way to running transactions")
+
+func yielded(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
+}
 
 // ErrSchemaTooNew means the database's schema is more than one release
 // ahead of this build.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/queenside/queenside/schema"
 	"github.com/queenside/queenside/sidecar/buffer"
 	"github.com/queenside/queenside/sidecar/janitor"
 	"github.com/queenside/queenside/sidecar/store"
@@ -175,8 +176,9 @@ func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger) er
 		if ctx.Err() != nil {
 			return nil
 		}
-		if store.IsRetryable(err) { // a deadlock with running transactions: try again
-			log.Warn("migration rolled back to resolve a conflict; retrying", "error", err)
+		if errors.Is(err, schema.ErrYielded) {
+			log.Info("a migration gave way to running transactions; trying again", "error", err)
+			time.Sleep(100 * time.Millisecond)
 			continue
 		}
 		if !store.IsUnavailable(err) {
