@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/pgserver"
@@ -30,41 +28,17 @@ const (
 	failoverBatch = 50
 )
 
-// execOn runs sql on server (database postgres) and fails the test on error.
-func execOn(t *testing.T, server *pgserver.Server, sql string, args ...any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, server.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// makeSynchronous has primary wait for a standby's flush at every commit,
-// and waits until a standby streams as synchronous.
+// makeSynchronous has primary wait for a standby's flush at every commit.
 func makeSynchronous(t *testing.T, primary *pgserver.Server) {
 	t.Helper()
-	execOn(t, primary, "ALTER SYSTEM SET synchronous_standby_names = '*'")
-	execOn(t, primary, "SELECT pg_reload_conf()")
-	waitFor(t, 60*time.Second, "a synchronous standby", func() bool {
-		conn, err := pgx.Connect(context.Background(), primary.URL("postgres"))
-		if err != nil {
-			return false
-		}
-		defer conn.Close(context.Background())
-		var n int
-		err = conn.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'").Scan(&n)
-		return err == nil && n > 0
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := primary.RequireSynchronousStandby(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// promote makes standby the primary, and, having no standby of its own
-// yet, stops it waiting for one (else every commit would hang).
+// promote makes standby the primary.
 func promote(t *testing.T, standby *pgserver.Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -72,8 +46,6 @@ func promote(t *testing.T, standby *pgserver.Server) {
 	if err := standby.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	execOn(t, standby, "ALTER SYSTEM RESET synchronous_standby_names")
-	execOn(t, standby, "SELECT pg_reload_conf()")
 }
 
 // multiHostURL names both servers, the writable one to be used.

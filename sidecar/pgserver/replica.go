@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
@@ -88,13 +89,57 @@ func StartStandby(ctx context.Context, primary *Server, opts Options) (*Server, 
 	return s, nil
 }
 
-// Promote ends recovery on a standby: it becomes a primary.
+// Promote ends recovery on a standby: it becomes a primary. Having no
+// standby of its own yet, it stops waiting for one (synchronous_standby_names
+// copied from its old primary would make every commit hang).
 func (s *Server) Promote(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out, err := s.ra.command(ctx, s.bin.pgCtl, "promote", "-w", "-t", waitSeconds(ctx), "-D", s.pgdata).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pgserver: pg_ctl promote: %w\n%s", err, strings.TrimSpace(string(out)))
+	}
+	if err := s.exec(ctx, "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("pgserver: after promotion: %w", err)
+	}
+	return nil
+}
+
+// RequireSynchronousStandby has every commit wait for a standby's flush,
+// and returns once a standby streams as synchronous.
+func (s *Server) RequireSynchronousStandby(ctx context.Context) error {
+	if err := s.exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	for {
+		var n int
+		conn, err := pgx.Connect(ctx, s.URL("postgres"))
+		if err == nil {
+			err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync' AND state = 'streaming'").Scan(&n)
+			conn.Close(context.WithoutCancel(ctx))
+		}
+		if err == nil && n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgserver: no synchronous standby streams (%v)", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// exec runs statements on the server's postgres database, one by one.
+func (s *Server) exec(ctx context.Context, sqls ...string) error {
+	conn, err := pgx.Connect(ctx, s.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, sql := range sqls {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
 	}
 	return nil
 }
@@ -133,12 +178,4 @@ func (s *Server) Rejoin(ctx context.Context, source *Server) error {
 	return nil
 }
 
-func (s *Server) checkpoint(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, s.URL("postgres"))
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CHECKPOINT")
-	return err
-}
+func (s *Server) checkpoint(ctx context.Context) error { return s.exec(ctx, "CHECKPOINT") }

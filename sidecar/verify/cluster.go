@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -22,9 +24,10 @@ const verifyDatabase = "queenside_verify"
 // cluster is what a run starts: PostgreSQL and the sidecars on it.
 type cluster struct {
 	log      hclog.Logger
-	tmp      string   // PostgreSQL's cluster, sockets, spools, sidecar logs
-	dirs     []string // removed at close: tmp, and where pgserver may have moved the cluster
-	pg       *pgserver.Server
+	tmp      string           // PostgreSQL's cluster, sockets, spools, sidecar logs
+	dirs     []string         // removed at close: tmp, and where pgserver may have moved the cluster
+	pg       *pgserver.Server // the primary
+	standby  *pgserver.Server // its synchronous standby, when the run has failovers
 	dbURL    string
 	sidecars []*sidecar
 	version  string
@@ -49,8 +52,18 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 	if err = os.Chmod(c.tmp, 0o755); err != nil {
 		return c, err
 	}
-	log.Info("starting PostgreSQL", "dir", c.tmp)
-	c.pg, err = pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Logger: log.Named("postgres")})
+	failovers, err := cfg.hasFailovers()
+	if err != nil {
+		return c, err
+	}
+	log.Info("starting PostgreSQL", "dir", c.tmp, "standby", failovers)
+	var settings []string
+	if failovers {
+		// pg_rewind needs hint bits logged on the server it rewinds, and
+		// its WAL back to the checkpoint before the two diverged.
+		settings = []string{"wal_log_hints=on", "wal_keep_size=512MB"}
+	}
+	c.pg, err = pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Settings: settings, Logger: log.Named("postgres")})
 	if err != nil {
 		return c, fmt.Errorf("start PostgreSQL: %w", err)
 	}
@@ -61,6 +74,19 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 		return c, err
 	}
 	c.dbURL = c.pg.URL(verifyDatabase)
+	if failovers {
+		c.standby, err = pgserver.StartStandby(ctx, c.pg, pgserver.Options{Dir: filepath.Join(c.tmp, "standby"), Settings: settings, Logger: log.Named("standby")})
+		if err != nil {
+			return c, fmt.Errorf("start the standby: %w", err)
+		}
+		if base := filepath.Dir(c.standby.DataDir()); base != filepath.Join(c.tmp, "standby") {
+			c.dirs = append(c.dirs, base)
+		}
+		if err = c.pg.RequireSynchronousStandby(ctx); err != nil {
+			return c, err
+		}
+		c.dbURL = multiHostURL(verifyDatabase, c.pg, c.standby)
+	}
 	for i := range cfg.Sidecars {
 		s, err := newSidecar(i, cfg.SidecarBinary, c.dbURL, c.tmp)
 		if err != nil {
@@ -103,6 +129,9 @@ func (c *cluster) close(keep bool) error {
 		c.log.Info("stopping PostgreSQL")
 		errs = append(errs, c.pg.Stop("fast"))
 	}
+	if c.standby != nil {
+		errs = append(errs, c.standby.Stop("fast"))
+	}
 	if keep || errors.Join(errs...) != nil {
 		return errors.Join(errs...)
 	}
@@ -141,4 +170,21 @@ func (c *cluster) spoolRecords(ctx context.Context) int64 {
 		n += s.spool().Records
 	}
 	return n
+}
+
+// multiHostURL names every server, the one accepting writes to be used, as
+// libpq's multi-host form does.
+func multiHostURL(database string, servers ...*pgserver.Server) string {
+	var hosts, ports []string
+	for _, s := range servers {
+		u, _ := url.Parse(s.URL(database))
+		hosts = append(hosts, u.Query().Get("host"))
+		ports = append(ports, u.Query().Get("port"))
+	}
+	q := url.Values{}
+	q.Set("host", strings.Join(hosts, ","))
+	q.Set("port", strings.Join(ports, ","))
+	q.Set("target_session_attrs", "read-write")
+	q.Set("sslmode", "disable")
+	return (&url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/" + database, RawQuery: q.Encode()}).String()
 }

@@ -29,6 +29,7 @@ type Config struct {
 	SidecarKills  int    `json:"sidecar-kills"`
 	SidecarTerms  int    `json:"sidecar-terms"`
 	PGRestarts    int    `json:"pg-restarts"`
+	PGFailovers   int    `json:"pg-failovers"`
 	ConsumerKills int    `json:"consumer-kills"`
 	LeaseExpiries int    `json:"lease-expiries"`
 	Faults        string `json:"faults"`
@@ -81,6 +82,7 @@ func DefaultConfig() Config {
 		SidecarKills:  3,
 		SidecarTerms:  1,
 		PGRestarts:    2,
+		PGFailovers:   2,
 		ConsumerKills: 2,
 		LeaseExpiries: 2,
 		PGDown:        10 * time.Second,
@@ -118,7 +120,7 @@ func (c Config) Validate() error {
 	check(c.Events() >= 1, "--rate × --duration must make at least one event")
 	check(c.Consumers >= 1, "--consumers %d: want at least 1", c.Consumers)
 	check(c.LeaseSeconds >= 1 && c.LeaseSeconds <= 3600, "--lease-seconds %d: want 1..3600", c.LeaseSeconds)
-	check(c.SidecarKills >= 0 && c.SidecarTerms >= 0 && c.PGRestarts >= 0 && c.ConsumerKills >= 0 && c.LeaseExpiries >= 0,
+	check(c.SidecarKills >= 0 && c.SidecarTerms >= 0 && c.PGRestarts >= 0 && c.PGFailovers >= 0 && c.ConsumerKills >= 0 && c.LeaseExpiries >= 0,
 		"fault counts must not be negative")
 	check(c.PGDown >= 0 && c.SidecarDown >= 0, "--pg-down and --sidecar-down must not be negative")
 	check(c.OutageKills >= 0 && c.OutageKills <= 2, "--outage-kills %d: want 0, 1 or 2", c.OutageKills)

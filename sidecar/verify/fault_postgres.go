@@ -52,3 +52,52 @@ func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
 	r.Detail += fmt.Sprintf(", spools empty %.1f s after restart", time.Since(began).Seconds())
 	return nil
 }
+
+// failoverPostgres stops the primary as a crash would, promotes its
+// synchronous standby, and waits for the sidecars (on a multi-host URL) to
+// follow it and replay their spools; then it rewinds the old primary with
+// pg_rewind and makes it the new primary's synchronous standby, ready for
+// the next failover.
+func (in *injector) failoverPostgres(ctx context.Context, r *FaultRecord) error {
+	cl := in.cl
+	r.Target = "PostgreSQL primary"
+	if cl.standby == nil {
+		return errors.New("no standby: the run was started without failovers")
+	}
+	buffered := in.loader.stats.get("buffered")
+	stopped := time.Now()
+	cl.pgDown.Store(true)
+	if err := cl.pg.Stop("immediate"); err != nil {
+		return err
+	}
+	if err := cl.standby.Promote(ctx); err != nil {
+		return err
+	}
+	promoted := time.Since(stopped)
+	cl.pg, cl.standby = cl.standby, cl.pg
+	cl.pgDown.Store(false)
+	if err := cl.healthyAll(ctx, recoveryTimeout); err != nil {
+		return err
+	}
+	healthy := time.Since(stopped)
+	deadline := time.Now().Add(recoveryTimeout)
+	for cl.spoolRecords(ctx) > 0 {
+		if time.Now().After(deadline) {
+			return errors.New("the spools were not replayed into the new primary in time")
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, standby promoted %.1f s after; %d pushes buffered meanwhile; every sidecar healthy %.1f s and spools empty %.1f s after the stop",
+		promoted.Seconds(), in.loader.stats.get("buffered")-buffered, healthy.Seconds(), time.Since(stopped).Seconds())
+	began := time.Now()
+	if err := cl.standby.Rejoin(ctx, cl.pg); err != nil {
+		return err
+	}
+	if err := cl.pg.RequireSynchronousStandby(ctx); err != nil {
+		return err
+	}
+	r.Detail += fmt.Sprintf("; old primary rewound and streaming as the synchronous standby %.1f s later", time.Since(began).Seconds())
+	return nil
+}

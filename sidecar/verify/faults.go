@@ -78,6 +78,8 @@ func (in *injector) inject(ctx context.Context, r *FaultRecord) error {
 		return in.restartSidecar(ctx, r, syscall.SIGTERM)
 	case FaultPGRestart:
 		return in.restartPostgres(ctx, r)
+	case FaultPGFailover:
+		return in.failoverPostgres(ctx, r)
 	case FaultConsumerKill, FaultLeaseExpiry:
 		return in.orderConsumer(ctx, r)
 	}

@@ -20,6 +20,10 @@ const (
 	// FaultPGRestart stops PostgreSQL with `pg_ctl stop -m immediate`, as a
 	// crash would, and starts it again after --pg-down.
 	FaultPGRestart FaultKind = "pg-restart"
+	// FaultPGFailover stops the primary with `pg_ctl stop -m immediate` and
+	// promotes its synchronous standby; the old primary is then rewound
+	// (pg_rewind) and follows the new one as its synchronous standby.
+	FaultPGFailover FaultKind = "pg-failover"
 	// FaultConsumerKill makes a random consumer die just after a pop: it
 	// acks nothing and releases nothing, so its leases must lapse and the
 	// messages come again.
@@ -32,7 +36,7 @@ const (
 
 // FaultKinds lists every kind, in the order reports count them.
 func FaultKinds() []FaultKind {
-	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultConsumerKill, FaultLeaseExpiry}
+	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultPGFailover, FaultConsumerKill, FaultLeaseExpiry}
 }
 
 // plannedFault is one entry of the schedule: a kind, due At after the start.
@@ -51,9 +55,19 @@ func (c Config) schedule() ([]plannedFault, error) {
 		FaultSidecarKill:  c.SidecarKills,
 		FaultSidecarTerm:  c.SidecarTerms,
 		FaultPGRestart:    c.PGRestarts,
+		FaultPGFailover:   c.PGFailovers,
 		FaultConsumerKill: c.ConsumerKills,
 		FaultLeaseExpiry:  c.LeaseExpiries,
 	}, c.Duration), nil
+}
+
+// hasFailovers tells whether the run fails PostgreSQL over to a standby.
+func (c Config) hasFailovers() (bool, error) {
+	plan, err := c.schedule()
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(plan, func(f plannedFault) bool { return f.Kind == FaultPGFailover }), nil
 }
 
 // parseSchedule reads "kind@duration,kind@duration...".

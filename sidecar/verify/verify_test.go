@@ -35,7 +35,7 @@ func TestVerifyWithFaults(t *testing.T) {
 	cfg.Rate = 100
 	cfg.Duration = 30 * time.Second
 	cfg.LeaseSeconds = 4
-	cfg.Faults = "sidecar-kill@4s,pg-restart@8s,sidecar-term@15s,consumer-kill@19s,lease-expiry@23s"
+	cfg.Faults = "sidecar-kill@4s,pg-restart@8s,sidecar-term@15s,pg-failover@17s,consumer-kill@19s,lease-expiry@23s"
 	cfg.PGDown = 3 * time.Second
 	cfg.SidecarDown = time.Second
 	cfg.DrainTimeout = time.Minute
