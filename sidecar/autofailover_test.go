@@ -247,30 +247,12 @@ func TestPgAutoFailoverPromotesAndTheSidecarsFollow(t *testing.T) {
 	for _, sc := range sidecars {
 		sc.waitReplayed(t)
 	}
-	var producers []*failoverProducer
-	var consumers []*failoverConsumer
-	for i, sc := range sidecars {
-		queue := fmt.Sprintf("af%d", i)
-		producers = append(producers, &failoverProducer{queue: queue, c: dialClient(t, sc.socket)})
-		consumers = append(consumers, newFailoverConsumer(queue, dialClient(t, sidecars[1-i].socket)))
-	}
-	stop := make(chan struct{})
-	var consuming sync.WaitGroup
-	for _, c := range consumers {
-		consuming.Go(func() { c.run(stop) })
-	}
-	traffic := func(batches int) {
-		var wg sync.WaitGroup
-		for _, p := range producers {
-			wg.Go(func() { p.push(t, batches) })
-		}
-		wg.Wait()
-	}
-	traffic(10)
+	tr := startTraffic(t, "af", sidecars)
+	tr.push(10)
 
 	// The primary's pod dies; pg_auto_failover promotes the secondary.
 	var pushing sync.WaitGroup
-	pushing.Go(func() { traffic(150) })
+	pushing.Go(func() { tr.push(150) })
 	time.Sleep(300 * time.Millisecond)
 	killed := time.Now()
 	af.kill("node1")
@@ -280,37 +262,21 @@ func TestPgAutoFailoverPromotesAndTheSidecarsFollow(t *testing.T) {
 	for _, sc := range sidecars {
 		sc.waitReplayed(t)
 	}
-	traffic(10)
+	tr.push(10)
 
 	// The dead node comes back and rejoins as the secondary.
 	af.restart("node1")
 	af.waitState("node1", "secondary")
-	traffic(10)
+	tr.push(10)
 
-	waitFor(t, 60*time.Second, "every message to be delivered", func() bool {
-		for i, c := range consumers {
-			c.mu.Lock()
-			n := len(c.first)
-			c.mu.Unlock()
-			if n < producers[i].pushed {
-				return false
-			}
-		}
-		return true
-	})
-	close(stop)
-	consuming.Wait()
 	pool, err := pgxpool.New(context.Background(), uri)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	for i, p := range producers {
-		checkStoredOnceInOrder(t, pool, p.queue, p.pushed, failoverParts, nil)
-		c := consumers[i]
-		if len(c.errs) > 0 || len(c.first) != p.pushed {
-			t.Fatalf("%s: %d of %d delivered, errors: %v", p.queue, len(c.first), p.pushed, c.errs)
-		}
+	tr.finish(pool)
+	for i, p := range tr.producers {
+		c := tr.consumers[i]
 		spooled := within(p.spooled, killed, time.Now())
 		if len(spooled) == 0 {
 			t.Errorf("%s: no push was answered buffered during the failover", p.queue)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/pgserver"
@@ -129,16 +131,87 @@ func newFailoverConsumer(queue string, c *queenside.Client) *failoverConsumer {
 	return &failoverConsumer{queue: queue, c: c, first: map[string]bool{}, acked: map[string]bool{}, next: map[string]int64{}}
 }
 
-func (c *failoverConsumer) run(stop <-chan struct{}) { c.runOn(c.c, stop) }
+// traffic is producers pushing numbered items through sidecars and
+// consumers checking what they receive.
+type traffic struct {
+	t         *testing.T
+	producers []*failoverProducer
+	consumers []*failoverConsumer // consumers[i] reads producers[i]'s queue
+	stop      chan struct{}
+	consuming sync.WaitGroup
+}
 
-// runOn consumes through client until stop.
-func (c *failoverConsumer) runOn(client *queenside.Client, stop <-chan struct{}) {
+// startTraffic runs a producer through each sidecar, its queue consumed
+// through the next one.
+func startTraffic(t *testing.T, prefix string, sidecars []*sidecarProcess) *traffic {
+	tr := &traffic{t: t, stop: make(chan struct{})}
+	for i, sc := range sidecars {
+		tr.add(fmt.Sprintf("%s%d", prefix, i), sc, sidecars[(i+1)%len(sidecars)])
+	}
+	return tr
+}
+
+// add runs one more producer, through from, and its consumer, through to.
+func (tr *traffic) add(queue string, from, to *sidecarProcess) {
+	tr.producers = append(tr.producers, &failoverProducer{queue: queue, c: dialClient(tr.t, from.socket)})
+	c := newFailoverConsumer(queue, dialClient(tr.t, to.socket))
+	tr.consumers = append(tr.consumers, c)
+	tr.consuming.Go(func() { c.run(tr.stop) })
+}
+
+// push has every producer push batches, and returns when all have.
+func (tr *traffic) push(batches int) {
+	var wg sync.WaitGroup
+	for _, p := range tr.producers {
+		wg.Go(func() { p.push(tr.t, batches) })
+	}
+	wg.Wait()
+}
+
+// finish waits until every message pushed is delivered, stops the
+// consumers, and checks that each was stored and delivered once, in order.
+func (tr *traffic) finish(pool *pgxpool.Pool) {
+	t := tr.t
+	waitFor(t, 60*time.Second, "every message to be delivered", func() bool {
+		for i, c := range tr.consumers {
+			c.mu.Lock()
+			n := len(c.first)
+			c.mu.Unlock()
+			if n < tr.producers[i].pushed {
+				return false
+			}
+		}
+		return true
+	})
+	close(tr.stop)
+	tr.consuming.Wait()
+	for i, p := range tr.producers {
+		checkStoredOnceInOrder(t, pool, p.queue, p.pushed, failoverParts, nil)
+		if c := tr.consumers[i]; len(c.errs) > 0 || len(c.first) != p.pushed {
+			t.Fatalf("%s: %d of %d delivered, errors: %v", p.queue, len(c.first), p.pushed, c.errs)
+		}
+	}
+}
+
+// use moves the consumer to another connection (its sidecar is about to
+// stop, say).
+func (c *failoverConsumer) use(client *queenside.Client) {
+	c.mu.Lock()
+	c.c = client
+	c.mu.Unlock()
+}
+
+// run consumes until stop.
+func (c *failoverConsumer) run(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
 			return
 		default:
 		}
+		c.mu.Lock()
+		client := c.c
+		c.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		res, err := client.Pop(ctx, protocol.PopArgs{Queue: c.queue, Group: "g", Batch: 100, Partitions: 4, WaitMs: 200, LeaseSeconds: 5})
 		cancel()
@@ -214,26 +287,7 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 	for _, sc := range sidecars {
 		sc.waitReplayed(t)
 	}
-	var producers []*failoverProducer
-	var consumers []*failoverConsumer
-	for i, sc := range sidecars {
-		queue := fmt.Sprintf("fo%d", i)
-		producers = append(producers, &failoverProducer{queue: queue, c: dialClient(t, sc.socket)})
-		// Each queue is consumed through the other sidecar.
-		consumers = append(consumers, newFailoverConsumer(queue, dialClient(t, sidecars[1-i].socket)))
-	}
-	stop := make(chan struct{})
-	var consuming sync.WaitGroup
-	for _, c := range consumers {
-		consuming.Go(func() { c.run(stop) })
-	}
-	traffic := func(batches int) {
-		var wg sync.WaitGroup
-		for _, p := range producers {
-			wg.Go(func() { p.push(t, batches) })
-		}
-		wg.Wait()
-	}
+	tr := startTraffic(t, "fo", sidecars)
 	// failover stops from with traffic flowing, promotes to, and returns
 	// when the stop began and, from sidecar 0's health, how long the
 	// database was unavailable to it.
@@ -243,7 +297,7 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 	}
 	failover := func(from, to *pgserver.Server) gap {
 		var wg sync.WaitGroup
-		wg.Go(func() { traffic(40) })
+		wg.Go(func() { tr.push(40) })
 		time.Sleep(300 * time.Millisecond) // with pushes and pops in flight
 		g := gap{stopped: time.Now()}
 		sampled := make(chan struct{})
@@ -277,9 +331,9 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 		return g
 	}
 
-	traffic(10)
+	tr.push(10)
 	gaps := []gap{failover(a, b)}
-	traffic(10)
+	tr.push(10)
 	for _, sc := range sidecars {
 		if h := sc.health(t); h.Status != protocol.HealthOK {
 			t.Fatalf("after the failover to b: %+v", h)
@@ -297,9 +351,9 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 		}
 	})
 	makeSynchronous(t, b)
-	traffic(10)
+	tr.push(10)
 	gaps = append(gaps, failover(b, a))
-	traffic(10)
+	tr.push(10)
 
 	for k, g := range gaps {
 		if g.unhealthy == 0 {
@@ -332,29 +386,9 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 	if n := <-woken; n != 1 {
 		t.Fatalf("the long-poll after the failovers got %d messages", n)
 	}
-	waitFor(t, 60*time.Second, "every message to be delivered", func() bool {
-		for i, c := range consumers {
-			c.mu.Lock()
-			n := len(c.first)
-			c.mu.Unlock()
-			if n < producers[i].pushed {
-				return false
-			}
-		}
-		return true
-	})
-	close(stop)
-	consuming.Wait()
-
-	for i, p := range producers {
-		checkStoredOnceInOrder(t, pool, p.queue, p.pushed, failoverParts, nil)
-		c := consumers[i]
-		if len(c.errs) > 0 {
-			t.Fatalf("%s: %d delivery errors, first: %s", c.queue, len(c.errs), c.errs[0])
-		}
-		if len(c.first) != p.pushed {
-			t.Fatalf("%s: %d delivered of %d pushed", c.queue, len(c.first), p.pushed)
-		}
+	tr.finish(pool)
+	for i, p := range tr.producers {
+		c := tr.consumers[i]
 		for k, g := range gaps {
 			next := time.Now()
 			if k+1 < len(gaps) {
@@ -369,7 +403,7 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 			t.Logf("%s, failover %d: pushes answered buffered from %.2f to %.2f s after the primary stopped; pops failed (unavailable) %s",
 				p.queue, k+1, spooled[0].Sub(g.stopped).Seconds(), spooled[len(spooled)-1].Sub(g.stopped).Seconds(), span(failed, g.stopped))
 		}
-		t.Logf("%s: %d pushed (%d buffered), all delivered once, in order", p.queue, p.pushed, p.buffered)
+		t.Logf("%s: %d pushed (%d buffered), all stored and delivered once, in order", p.queue, p.pushed, p.buffered)
 	}
 }
 

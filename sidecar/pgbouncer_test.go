@@ -118,12 +118,9 @@ pidfile = %[6]s/pgbouncer.pid
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
 }
 
 // Behind PgBouncer in transaction pooling mode, with the session URL

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
@@ -83,25 +82,13 @@ func TestRollingUpgradeAcrossAMigration(t *testing.T) {
 		t.Fatalf("the previous release migrated to %d, want %d", v, oldVersion)
 	}
 
-	producers := []*failoverProducer{{queue: "up-old", c: dialClient(t, old.socket)}}
-	consumers := []*failoverConsumer{newFailoverConsumer("up-old", dialClient(t, old.socket))}
-	stop := make(chan struct{})
-	var consuming sync.WaitGroup
-	consume := func(c *failoverConsumer) { consuming.Go(func() { c.run(stop) }) }
-	consume(consumers[0])
-	traffic := func(batches int) {
-		var wg sync.WaitGroup
-		for _, p := range producers {
-			wg.Go(func() { p.push(t, batches) })
-		}
-		wg.Wait()
-	}
-	traffic(10)
+	tr := startTraffic(t, "up-old", []*sidecarProcess{old})
+	tr.push(10)
 
 	// This build starts while the old one pushes and consumes, and
 	// migrates under it.
 	var migrating sync.WaitGroup
-	migrating.Go(func() { traffic(20) })
+	migrating.Go(func() { tr.push(20) })
 	fresh := launchSidecar(t, pg.url, t.TempDir())
 	fresh.waitReplayed(t)
 	migrating.Wait()
@@ -112,53 +99,31 @@ func TestRollingUpgradeAcrossAMigration(t *testing.T) {
 
 	// Both serve on the new schema: each queue consumed through the other
 	// sidecar too, and a transaction through the old one.
-	producers = append(producers, &failoverProducer{queue: "up-new", c: dialClient(t, fresh.socket)})
-	consumers = append(consumers, newFailoverConsumer("up-new", dialClient(t, old.socket)))
-	consume(consumers[1])
-	traffic(10)
+	tr.add("up-new", fresh, old)
+	tr.push(10)
 	oc := dialClient(t, old.socket)
 	mustPush(t, oc, item(t, "tx-in", "p", "in-1", "x"))
 	in := mustPop(t, oc, protocol.PopArgs{Queue: "tx-in", Partition: "p", Group: "g"})
-	tr, err := oc.Transaction(testContext(t), []queenside.AckItem{queenside.Completed(in.Messages[0])},
+	txr, err := oc.Transaction(testContext(t), []queenside.AckItem{queenside.Completed(in.Messages[0])},
 		[]queenside.PushItem{item(t, "tx-out", "p", "out-1", "y")})
-	if err != nil || !tr.Acks[0].Success || tr.Pushes[0].Status != protocol.StatusQueued {
-		t.Fatalf("a transaction through the previous release on the new schema: %+v %v", tr, err)
+	if err != nil || !txr.Acks[0].Success || txr.Pushes[0].Status != protocol.StatusQueued {
+		t.Fatalf("a transaction through the previous release on the new schema: %+v %v", txr, err)
 	}
 
-	// The old one restarts on the new schema, and serves again.
-	close(stop)
-	consuming.Wait()
+	// The old one restarts on the new schema, and serves again. Its
+	// consumers move to this build's sidecar meanwhile.
+	for _, c := range tr.consumers {
+		c.use(dialClient(t, fresh.socket))
+	}
 	old.terminate(t)
 	old = launchSidecarBinary(t, oldBin, pg.url, old.spoolDir)
 	old.waitReplayed(t)
-	producers[0].c = dialClient(t, old.socket)
-	stop = make(chan struct{})
-	for i, sc := range []*sidecarProcess{fresh, old} {
-		c, client := consumers[i], dialClient(t, sc.socket)
-		consuming.Go(func() { c.runOn(client, stop) })
-	}
-	traffic(10)
+	tr.producers[0].c = dialClient(t, old.socket)
+	tr.consumers[1].use(dialClient(t, old.socket))
+	tr.push(10)
 
 	for _, sc := range []*sidecarProcess{old, fresh} {
 		sc.waitReplayed(t)
 	}
-	waitFor(t, 60*time.Second, "every message to be delivered", func() bool {
-		for i, c := range consumers {
-			c.mu.Lock()
-			n := len(c.first)
-			c.mu.Unlock()
-			if n < producers[i].pushed {
-				return false
-			}
-		}
-		return true
-	})
-	close(stop)
-	consuming.Wait()
-	for i, p := range producers {
-		checkStoredOnceInOrder(t, pool, p.queue, p.pushed, failoverParts, nil)
-		if c := consumers[i]; len(c.errs) > 0 || len(c.first) != p.pushed {
-			t.Fatalf("%s: %d of %d delivered, errors: %v", p.queue, len(c.first), p.pushed, c.errs)
-		}
-	}
+	tr.finish(pool)
 }
