@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/queenside/queenside/sidecar.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test test-go test-python test-node lint fuzz bench soak verify clean
+.PHONY: help build run test deps test-go test-python test-node lint fuzz bench soak verify clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,13 +18,36 @@ build: ## build the binary at bin/queenside
 run: build ## run a sidecar on ./.queenside/queenside.sock, with a throwaway PostgreSQL under ./.queenside/
 	./$(BIN) dev
 
-test: lint test-go test-python test-node ## run every test: Go, Python and Node (each starts its own PostgreSQL)
+test: deps lint test-go test-python test-node ## run every test: Go, Python and Node (each starts its own PostgreSQL)
+
+# What the tests need beyond Go, as Debian packages. As root with apt, deps
+# installs what is missing; otherwise it prints the one command that would,
+# and fails.
+PYTHON ?= /usr/bin/python3
+deps: ## install what the tests need and this machine lacks (as root, with apt), or say how
+	@missing=""; \
+	{ command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	$(PYTHON) -c 'import msgpack, pytest' >/dev/null 2>&1 || missing="$$missing python3-msgpack python3-pytest"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+	{ command -v pgbouncer || test -x /usr/sbin/pgbouncer; } >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
+	command -v pg_autoctl >/dev/null 2>&1 || missing="$$missing postgresql-15-auto-failover"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "make: installing$$missing"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing || exit 1; \
+		else \
+			echo "make test needs what this machine lacks:$$missing"; \
+			echo "install it with:  sudo apt-get install -y$$missing"; \
+			exit 1; \
+		fi; \
+	fi
+	@test -d clients/node/node_modules || npm ci --prefix clients/node --no-audit --no-fund
 
 test-go: ## run the Go tests with the race detector
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 test-python: build ## run the Python client's tests and examples against a real sidecar (needs python3-msgpack, python3-pytest)
-	QUEENSIDE_TEST_BIN=$(CURDIR)/$(BIN) /usr/bin/python3 -m pytest -q clients/python
+	QUEENSIDE_TEST_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q clients/python
 
 test-node: ## run the Node client's tests and examples against a real sidecar (installs its one dependency first)
 	@test -d clients/node/node_modules || npm ci --prefix clients/node --no-audit --no-fund
