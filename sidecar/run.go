@@ -178,7 +178,11 @@ func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger) er
 		}
 		if errors.Is(err, schema.ErrYielded) {
 			log.Info("a migration gave way to running transactions; trying again", "error", err)
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
 			continue
 		}
 		if !store.IsUnavailable(err) {

@@ -76,7 +76,7 @@ func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 func (s *Store) OnLocalPush(wake func(queue string)) { s.localWake = wake }
 
 func (s *Store) wakeLocally(msgs []Message) {
-	if s.listenURL != "" || s.localWake == nil {
+	if s.listen != nil || s.localWake == nil {
 		return
 	}
 	var last string

@@ -19,7 +19,7 @@ const WakeChannel = "queenside_wake"
 // With no listener (ListenNone) it returns at once: waiters then rely on
 // their own periodic looks.
 func (s *Store) Listen(ctx context.Context, onWake func(queue string), onConnect func()) {
-	if s.listenURL == "" {
+	if s.listen == nil {
 		s.log.Info("no notification listener (--listen-database-url none): waiting pops look for new messages every second")
 		return
 	}
@@ -40,12 +40,7 @@ func (s *Store) Listen(ctx context.Context, onWake func(queue string), onConnect
 }
 
 func (s *Store) listenOnce(ctx context.Context, onWake func(string), onConnect func()) error {
-	cfg, err := pgx.ParseConfig(s.listenURL)
-	if err != nil {
-		return err
-	}
-	cfg.RuntimeParams["application_name"] = applicationName
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := pgx.ConnectConfig(ctx, s.listen.Copy())
 	if err != nil {
 		return err
 	}

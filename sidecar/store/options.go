@@ -135,4 +135,4 @@ func (s *Store) QueryExecMode() string {
 func (s *Store) PoolSize() int { return int(s.pool.Config().MaxConns) }
 
 // Listening tells whether a listener hears other sidecars' pushes.
-func (s *Store) Listening() bool { return s.listenURL != "" }
+func (s *Store) Listening() bool { return s.listen != nil }

@@ -20,10 +20,10 @@ type Store struct {
 	pool *pgxpool.Pool
 	// session is how to reach PostgreSQL itself for the janitor's lock and
 	// migrations, on a connection made for the purpose and closed after it,
-	// so that a hundred idle sidecars hold none; listenURL is where LISTEN
-	// goes ("" for nowhere: waiting pops then look every second).
+	// so that a hundred idle sidecars hold none; listen is where LISTEN
+	// goes (nil for nowhere: waiting pops then look every second).
 	session   *pgx.ConnConfig
-	listenURL string
+	listen    *pgx.ConnConfig
 	localWake func(queue string) // see OnLocalPush
 	log       hclog.Logger
 	parts     idCache[partitionKey, int64]
@@ -60,14 +60,20 @@ func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	session, err := pgx.ParseConfig(plan.sessionURL)
+	session, err := connConfig(plan.sessionURL)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open store: parse session database url: %w", err)
 	}
-	session.RuntimeParams["application_name"] = applicationName
+	var listen *pgx.ConnConfig
+	if plan.listenURL != "" {
+		if listen, err = connConfig(plan.listenURL); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("open store: parse listen database url: %w", err)
+		}
+	}
 	workers, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, session: session, listenURL: plan.listenURL, log: log, trips: trips,
+	s := &Store{pool: pool, session: session, listen: listen, log: log, trips: trips,
 		pushes: make(chan *pushJob, pushQueueDepth), rounds: make(chan *roundJob, roundQueueDepth), stop: stop}
 	s.runPushers(workers)
 	go s.runRounds(workers)
@@ -88,6 +94,16 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	return schema.MigrateVersions(ctx, conn)
+}
+
+// connConfig is url's configuration for a connection of its own.
+func connConfig(url string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["application_name"] = applicationName
+	return cfg, nil
 }
 
 // connectSession opens a connection to PostgreSQL itself, for one job.

@@ -42,15 +42,12 @@ func IsUnavailable(err error) bool {
 
 // abortedToResolve tells whether PostgreSQL rolled a transaction back only
 // to break a deadlock (40P01) or a serialization failure (40001): nothing
-// of it was kept, and running it again is what it needs. A migration
-// taking its locks under running transactions is where a sidecar meets it.
+// of it was kept, and running it again is what it needs (a migration of
+// another release taking its locks is where a sidecar may meet one).
 func abortedToResolve(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
-
-// IsRetryable is abortedToResolve for callers outside the store.
-func IsRetryable(err error) bool { return abortedToResolve(err) }
 
 // againIfAborted runs f, and again (three times at most, after a short
 // pause) while PostgreSQL aborts it to resolve a conflict.
