@@ -6,6 +6,7 @@ import (
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
 func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
@@ -21,7 +22,9 @@ func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 	if !s.draining.Load() {
 		until = waitUntil(ctx, time.Duration(a.WaitMs)*time.Millisecond)
 	}
+	ctx, span := telemetry.StartPop(ctx, a)
 	res, err := s.pops.pop(ctx, req, until)
+	telemetry.EndPop(span, res, err)
 	if err != nil {
 		return nil, err
 	}
@@ -58,11 +61,18 @@ func (s *Server) opAck(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.store.Ack(ctx, a.Items)
+	ctx, span := telemetry.StartAck(ctx, a.Items)
+	res, err := s.ack(ctx, a.Items)
+	telemetry.EndAck(span, res, err)
+	return res, err
+}
+
+func (s *Server) ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
+	res, err := s.store.Ack(ctx, items)
 	if store.IsUnavailable(err) && ctx.Err() == nil {
 		// One transaction: nothing moved, and every item says why.
 		s.log.Warn("database unavailable", "error", err)
-		res = protocol.AckResult{Results: make([]protocol.AckItemResult, len(a.Items)), Leases: []protocol.LeaseState{}}
+		res = protocol.AckResult{Results: make([]protocol.AckItemResult, len(items)), Leases: []protocol.LeaseState{}}
 		for i := range res.Results {
 			res.Results[i] = protocol.AckItemResult{Index: i, Code: string(protocol.CodeUnavailable)}
 		}

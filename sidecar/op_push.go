@@ -9,6 +9,7 @@ import (
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/sidecar/telemetry"
 	"github.com/queenside/queenside/spool"
 )
 
@@ -21,6 +22,16 @@ func (s *Server) opPush(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, span := telemetry.StartPush(ctx, args.Items)
+	reply, err := s.push(ctx, args)
+	telemetry.EndPush(span, reply.Results, err)
+	if err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+func (s *Server) push(ctx context.Context, args protocol.PushArgs) (protocol.PushReply, error) {
 	results := make([]protocol.PushResult, len(args.Items))
 	msgs := make([]store.Message, 0, len(args.Items))
 	positions := make([]int, 0, len(args.Items))
@@ -46,7 +57,7 @@ func (s *Server) opPush(ctx context.Context, raw []byte) (any, error) {
 	}
 	if s.buffer == nil {
 		if !s.ready.Load() {
-			return nil, protocol.Errorf(protocol.CodeUnavailable, "the database schema is not ready yet")
+			return protocol.PushReply{}, protocol.Errorf(protocol.CodeUnavailable, "the database schema is not ready yet")
 		}
 		return s.pushToDatabase(ctx, msgs, positions, results)
 	}
@@ -66,7 +77,7 @@ func (s *Server) opPush(ctx context.Context, raw []byte) (any, error) {
 		outcomes, err := s.store.Push(ctx, dm)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return nil, err // out of time (answered deadline_exceeded): nothing committed
+			return protocol.PushReply{}, err // out of time (answered deadline_exceeded): nothing committed
 		case err != nil && store.IsUnavailable(err):
 			s.buffer.MarkDown()
 			s.log.Warn("database unavailable; spooling the push", "items", len(dm), "error", err)
@@ -80,17 +91,17 @@ func (s *Server) opPush(ctx context.Context, raw []byte) (any, error) {
 		}
 	}
 	if len(spooled) > 0 {
-		s.spool(pick(msgs, spooled), pick(positions, spooled), results)
+		s.spool(ctx, pick(msgs, spooled), pick(positions, spooled), results)
 	}
 	return protocol.PushReply{Results: results}, nil
 }
 
 // pushToDatabase stores messages, answering each item queued or duplicate,
 // or failed with the reason.
-func (s *Server) pushToDatabase(ctx context.Context, msgs []store.Message, positions []int, results []protocol.PushResult) (any, error) {
+func (s *Server) pushToDatabase(ctx context.Context, msgs []store.Message, positions []int, results []protocol.PushResult) (protocol.PushReply, error) {
 	outcomes, err := s.store.Push(ctx, msgs)
 	if err != nil && ctx.Err() != nil {
-		return nil, err // out of time (answered deadline_exceeded): nothing committed
+		return protocol.PushReply{}, err // out of time (answered deadline_exceeded): nothing committed
 	}
 	if err != nil {
 		s.failAll(results, positions, s.toProtocolError(err))
@@ -103,8 +114,10 @@ func (s *Server) pushToDatabase(ctx context.Context, msgs []store.Message, posit
 // spool writes messages to the disk spool and answers them buffered once
 // fsynced. A spool that is full or cannot write fails them: an item is
 // answered buffered only when it is on disk.
-func (s *Server) spool(msgs []store.Message, positions []int, results []protocol.PushResult) {
+func (s *Server) spool(ctx context.Context, msgs []store.Message, positions []int, results []protocol.PushResult) {
+	_, span := telemetry.StartSpoolWrite(ctx, len(msgs))
 	err := s.buffer.Add(msgs)
+	telemetry.End(span, err)
 	switch {
 	case err == nil:
 		for j, i := range positions {

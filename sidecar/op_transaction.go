@@ -6,6 +6,7 @@ import (
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
 // opTransaction commits acks and pushes together, or nothing. It is never
@@ -16,10 +17,21 @@ func (s *Server) opTransaction(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, span := telemetry.StartTransaction(ctx, args.Acks, args.Pushes)
+	res, err := s.transaction(ctx, args)
+	telemetry.End(span, err)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (s *Server) transaction(ctx context.Context, args protocol.TransactionArgs) (protocol.TransactionResult, error) {
 	msgs := make([]store.Message, len(args.Pushes))
 	for i := range args.Pushes {
+		var err error
 		if msgs[i], err = newMessage(&args.Pushes[i]); err != nil {
-			return nil, protocol.Errorf(protocol.CodeInternal, "%v", err)
+			return protocol.TransactionResult{}, protocol.Errorf(protocol.CodeInternal, "%v", err)
 		}
 	}
 	ackRes, outcomes, err := s.store.Transaction(ctx, args.Acks, msgs)
@@ -27,10 +39,10 @@ func (s *Server) opTransaction(ctx context.Context, raw []byte) (any, error) {
 	if errors.As(err, &conflict) {
 		e := protocol.Errorf(protocol.CodeConflict, "%v", conflict)
 		e.Details = map[string]any{"acks": conflict.Acks}
-		return nil, e
+		return protocol.TransactionResult{}, e
 	}
 	if err != nil {
-		return nil, err
+		return protocol.TransactionResult{}, err
 	}
 	res := protocol.TransactionResult{Acks: ackRes.Results, Pushes: make([]protocol.PushResult, len(msgs))}
 	positions := make([]int, len(msgs))

@@ -5,8 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
 // Pops are served by a loop per store.PopKey (queue, group, partition and
@@ -67,6 +70,7 @@ type popWaiter struct {
 	fresh, inFlight bool
 	gone            bool // the request ended; its leases are given back
 	done            chan popAnswer
+	span            trace.Span // the request's, for the look's database span
 }
 
 type popAnswer struct {
@@ -120,7 +124,7 @@ func (h *popHub) yielded(key store.PopKey, got, asked int) {
 
 // wait has the loop of the request's key serve it, until until.
 func (h *popHub) wait(ctx context.Context, req store.PopRequest, until time.Time, fresh bool) (protocol.PopResult, error) {
-	w := &popWaiter{req: req, until: until, fresh: fresh, done: make(chan popAnswer, 1)}
+	w := &popWaiter{req: req, until: until, fresh: fresh, done: make(chan popAnswer, 1), span: trace.SpanFromContext(ctx)}
 	h.mu.Lock()
 	l := h.loops[req.Key()]
 	if l == nil {
@@ -263,6 +267,13 @@ func (h *popHub) look(l *popLoop, batch []*popWaiter) {
 		asked += w.req.Batch
 	}
 	ctx, cancel := context.WithTimeout(h.s.baseCtx, popFuseTimeout)
+	if telemetry.Enabled() { // the look's database span stands for every pop it serves
+		spans := make([]trace.Span, len(batch))
+		for i, w := range batch {
+			spans[i] = w.span
+		}
+		ctx = telemetry.ForRequests(ctx, spans)
+	}
 	results, errs := h.s.store.PopMany(ctx, reqs, h.s.opts.MaxFrameBytes)
 	cancel()
 

@@ -42,7 +42,8 @@ func (o *ConsumeOptions) defaults() {
 const settleTimeout = 10 * time.Second
 
 // Consume pops messages of queue and hands them to h one at a time, in
-// partition order, until ctx ends. Each message is acked completed when h
+// partition order, until ctx ends. Each call of h runs in a consumer span
+// that joins the trace the message's headers carry (see tracing.go). Each message is acked completed when h
 // returns nil and failed when it returns an error; the rest of that span is
 // then left to be delivered again. Leases are renewed while h runs. When ctx
 // ends, the message in hand is finished, what completed is acked, and the
@@ -93,7 +94,9 @@ func (c *Client) handleBatch(ctx context.Context, res PopResult, h Handler, opts
 				release = append(release, l.LeaseID)
 				break
 			}
-			err := h(ctx, m)
+			hctx, span := startProcess(ctx, m, opts.Group)
+			err := h(hctx, m)
+			endProcess(span, err)
 			if err == nil {
 				acks = append(acks, Completed(m))
 				continue

@@ -77,6 +77,6 @@ func (c *Client) DLQReplay(ctx context.Context, ids ...int64) ([]DLQReplayResult
 // details.
 func (c *Client) Transaction(ctx context.Context, acks []AckItem, pushes []PushItem) (TransactionResult, error) {
 	var res TransactionResult
-	err := c.Call(ctx, protocol.OpTransaction, protocol.TransactionArgs{Acks: acks, Pushes: pushes}, &res)
+	err := c.Call(ctx, protocol.OpTransaction, protocol.TransactionArgs{Acks: acks, Pushes: withTraceContext(ctx, pushes)}, &res)
 	return res, err
 }

@@ -46,10 +46,12 @@ func (c *Client) Hello(ctx context.Context, client string) (HelloResult, error) 
 }
 
 // Push stores items and returns one result per item, in order. An item can
-// fail alone: check each result's Status.
+// fail alone: check each result's Status. When ctx holds a span, its trace
+// context goes in the headers of the items without a traceparent (see
+// tracing.go).
 func (c *Client) Push(ctx context.Context, items ...PushItem) ([]PushResult, error) {
 	var res protocol.PushReply
-	err := c.Call(ctx, protocol.OpPush, protocol.PushArgs{Items: items}, &res)
+	err := c.Call(ctx, protocol.OpPush, protocol.PushArgs{Items: withTraceContext(ctx, items)}, &res)
 	return res.Results, err
 }
 

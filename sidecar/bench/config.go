@@ -128,6 +128,11 @@ type Config struct {
 	// janitor at all.
 	RetentionInterval time.Duration `json:"retention-interval"`
 
+	// Tracing runs the sidecar with OpenTelemetry tracing on, exporting to
+	// a receiver in the bench process, and has every push carry a
+	// producer's trace context (see tracing.go).
+	Tracing bool `json:"tracing"`
+
 	// StallTimeout ends a consuming scenario that has received nothing for
 	// this long, as an error, instead of waiting forever for lost messages.
 	StallTimeout time.Duration `json:"stall-timeout"`
@@ -266,6 +271,9 @@ func (c Config) Validate() error {
 		if k.v < k.lo || k.v > k.hi {
 			return fmt.Errorf("--%s %d: want %d..%d", k.name, k.v, k.lo, k.hi)
 		}
+	}
+	if c.Tracing && c.Socket != "" {
+		return fmt.Errorf("--tracing needs the sidecar the bench starts (no --socket)")
 	}
 	if len(c.CurveRates) == 0 {
 		return fmt.Errorf("--curve-rates: want at least one rate")

@@ -34,6 +34,7 @@ type environment struct {
 	probe   *probe
 	version string
 	pgInfo  *PostgresInfo
+	sink    *otlpSink // the OTLP receiver of a run with tracing
 }
 
 // setup provides a sidecar as cfg asks: it starts PostgreSQL unless a
@@ -68,6 +69,11 @@ func setup(ctx context.Context, cfg Config, log hclog.Logger) (e *environment, e
 	if e.dbURL != "" {
 		if e.pgInfo, e.probe.postmasterPID, err = inspectPostgres(ctx, e.dbURL, e.probe.postmasterPID); err != nil {
 			return e, err
+		}
+	}
+	if startSidecar && cfg.Tracing {
+		if e.sink, err = startOTLPSink(); err != nil {
+			return e, fmt.Errorf("start the OTLP receiver: %w", err)
 		}
 	}
 	if startSidecar {
@@ -143,6 +149,9 @@ func (e *environment) close() error {
 	var errs []error
 	if e.child != nil {
 		errs = append(errs, e.child.stop(sidecarStop))
+	}
+	if e.sink != nil { // after the sidecar, which flushes its spans as it stops
+		errs = append(errs, e.sink.close())
 	}
 	if e.pg != nil {
 		e.log.Info("stopping PostgreSQL")

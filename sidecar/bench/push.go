@@ -58,7 +58,7 @@ func pushOnce(ctx context.Context, c *queenside.Client, t *tally, items []queens
 // with the status wanted. It returns how many did.
 func pushWanting(ctx context.Context, c *queenside.Client, t *tally, items []queenside.PushItem, want string) int64 {
 	start := time.Now()
-	res, err := c.Push(ctx, items...)
+	res, err := c.Push(producerContext(ctx), items...)
 	if err != nil {
 		if ctx.Err() == nil { // an interrupted run is not the sidecar's error
 			t.took("push", start)

@@ -15,6 +15,9 @@ type Report struct {
 	Config     Config     `json:"flags"`
 	Scenarios  []Result   `json:"scenarios"`
 	Failed     bool       `json:"failed"`
+	// Tracing is what the sidecar exported in a run with tracing on (as
+	// of the end of the last scenario); null when tracing was off.
+	Tracing *TracingInfo `json:"tracing,omitempty"`
 }
 
 // Conditions are the facts that decide whether two reports can be compared.

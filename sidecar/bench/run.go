@@ -95,6 +95,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Conditions = conditions(env, cfg)
 	b := &bench{cfg: cfg, runID: rep.RunID, out: out, socket: env.socket, probe: env.probe, pay: pay, pg: env.pg, dbURL: env.dbURL}
 
+	if env.sink != nil {
+		ctx = withProducerSpans(ctx)
+		rep.Tracing = env.sink.info()
+	}
 	printHeader(out, rep)
 	var gone error
 	for _, name := range allScenarios() {
@@ -122,6 +126,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Failed = failed > 0 || gone != nil || ctx.Err() != nil
+	if env.sink != nil {
+		rep.Tracing = env.sink.info()
+	}
 	printTable(out, rep)
 	if failed > 0 {
 		if tail := env.sidecarLog(); tail != "" {

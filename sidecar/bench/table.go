@@ -22,7 +22,11 @@ func printHeader(w io.Writer, rep *Report) {
 	} else {
 		fmt.Fprintln(w, "postgres: unknown (no --database-url)")
 	}
-	fmt.Fprintf(w, "sidecar:  version %s (%s)\n\n", c.SidecarVersion, started(c.SidecarStarted))
+	fmt.Fprintf(w, "sidecar:  version %s (%s)\n", c.SidecarVersion, started(c.SidecarStarted))
+	if t := rep.Tracing; t != nil {
+		fmt.Fprintf(w, "tracing:  on, OTLP/HTTP to %s (read and discarded), sampler %s, a trace context on every push\n", t.Endpoint, t.Sampler)
+	}
+	fmt.Fprintln(w)
 }
 
 func started(byBench bool) string {
@@ -83,6 +87,9 @@ func printTable(w io.Writer, rep *Report) {
 		if r.Idle != nil {
 			fmt.Fprintf(w, "\nidle: %s\n", idleLine(r.Idle))
 		}
+	}
+	if t := rep.Tracing; t != nil {
+		fmt.Fprintf(w, "\ntracing: the sidecar sent %d OTLP exports, %.1f MB\n", t.Exports, float64(t.Bytes)/1e6)
 	}
 	fmt.Fprint(w, `
 req:       latency of the requests that make the scenario: push for push, mixed (producers), latency and

@@ -3,9 +3,13 @@ package buffer
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/sidecar/telemetry"
 	"github.com/queenside/queenside/spool"
 )
 
@@ -156,8 +160,19 @@ func (b *Buffer) replaySegment(ctx context.Context, seg spool.Segment) error {
 // counts as done. If the database refuses the batch for what is in it, the
 // records are tried one by one, and the ones it refuses are kept in
 // quarantine/ rather than replayed forever.
-func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Message, raws [][]byte) error {
-	_, err := b.st.Push(ctx, batch)
+func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Message, raws [][]byte) (err error) {
+	if telemetry.Enabled() {
+		// The records keep the headers they were pushed with, so the
+		// replay span can link to the traces that pushed them.
+		headers := make([][]byte, len(batch))
+		for i := range batch {
+			headers[i] = batch[i].Headers
+		}
+		var span trace.Span
+		ctx, span = telemetry.StartReplay(ctx, filepath.Base(seg.Path), headers)
+		defer func() { telemetry.End(span, err) }()
+	}
+	_, err = b.st.Push(ctx, batch)
 	if err == nil {
 		b.replayed.Add(int64(len(batch)))
 		return nil

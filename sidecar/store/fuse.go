@@ -4,6 +4,10 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
 // Group commit. Concurrent pushes, from any number of connections, are
@@ -203,8 +207,7 @@ func (s *Store) commitFused(jobs []*pushJob) {
 		return
 	}
 	if len(live) == 1 { // the caller's own deadline bounds its transaction
-		out, err := s.pushTx(live[0].ctx, live[0].msgs)
-		live[0].done <- pushResult{out, err}
+		live[0].done <- s.pushAlone(live[0])
 		return
 	}
 	var all []Message
@@ -212,14 +215,15 @@ func (s *Store) commitFused(jobs []*pushJob) {
 		all = append(all, j.msgs...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fusedTxTimeout)
+	span := pushSpan(live, len(all))
 	out, err := s.pushTx(ctx, all)
+	telemetry.End(span, err)
 	cancel()
 	if err != nil && !IsUnavailable(err) {
 		// Something in the data failed the whole transaction: find out whose
 		// by running each request on its own.
 		for _, j := range live {
-			out, err := s.pushTx(j.ctx, j.msgs)
-			j.done <- pushResult{out, err}
+			j.done <- s.pushAlone(j)
 		}
 		return
 	}
@@ -231,3 +235,30 @@ func (s *Store) commitFused(jobs []*pushJob) {
 		j.done <- r
 	}
 }
+
+// pushAlone runs one request's push in a transaction of its own.
+func (s *Store) pushAlone(j *pushJob) pushResult {
+	span := pushSpan([]*pushJob{j}, len(j.msgs))
+	out, err := s.pushTx(j.ctx, j.msgs)
+	telemetry.End(span, err)
+	return pushResult{out, err}
+}
+
+// pushSpan starts the span of a push transaction. One transaction carries
+// the pushes of several requests when they are fused, but a span has one
+// parent: the first request's push span is its parent, the others are
+// linked both ways (see telemetry.StartDB), so each request's trace shows
+// the transaction that stored its items and how many shared it.
+func pushSpan(jobs []*pushJob, items int) trace.Span {
+	if !telemetry.Enabled() {
+		return noSpan
+	}
+	ctxs := make([]context.Context, len(jobs))
+	for i, j := range jobs {
+		ctxs[i] = j.ctx
+	}
+	return telemetry.StartDB(telemetry.DBPush, ctxs, telemetry.MessageCount(items))
+}
+
+// noSpan stands for a span while tracing is off.
+var noSpan = trace.SpanFromContext(context.Background())

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,8 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
 // Consumption rounds. Pops and acks are fused as pushes are (fuse.go): what
@@ -251,10 +255,12 @@ func (s *Store) runRound(jobs []*roundJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), fusedTxTimeout)
 	defer cancel()
 	var answers []roundResult
+	span := roundSpan(live)
 	err := againIfAborted(ctx, func() (err error) {
 		answers, err = s.fusedRound(ctx, live)
 		return err
 	})
+	telemetry.End(span, err)
 	switch {
 	case err != nil && IsUnavailable(err):
 		for _, j := range live {
@@ -275,6 +281,12 @@ func (s *Store) runRound(jobs []*roundJob) {
 
 func (s *Store) runAlone(j *roundJob) {
 	var r roundResult
+	span := roundSpan([]*roundJob{j})
+	defer func() {
+		if span.IsRecording() {
+			telemetry.End(span, errors.Join(append(r.popErrs, r.err)...))
+		}
+	}()
 	if j.pops != nil {
 		r.pops, r.popErrs = s.popAlone(j.ctx, j.pops, j.maxBytes)
 	} else {
@@ -429,4 +441,22 @@ func repeat(err error, n int) []error {
 		errs[i] = err
 	}
 	return errs
+}
+
+// roundSpan starts the span of a round's transaction, which carries the
+// pops and acks of several requests: like a fused push's (pushSpan), its
+// parent is the first request's span and the others are linked.
+func roundSpan(jobs []*roundJob) trace.Span {
+	if !telemetry.Enabled() {
+		return noSpan
+	}
+	ctxs := make([]context.Context, len(jobs))
+	pops, acks := 0, 0
+	for i, j := range jobs {
+		ctxs[i] = j.ctx
+		pops += len(j.pops)
+		acks += len(j.acks)
+	}
+	return telemetry.StartDB(telemetry.DBRound, ctxs,
+		attribute.Int("queenside.round.pops", pops), attribute.Int("queenside.round.ack_items", acks))
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
 // querier is what the push and ack statements need: the pool, or a
@@ -38,10 +40,16 @@ func (e *ConflictError) Error() string {
 // rows, the order every push takes them in; the acks then cannot deadlock
 // with a push. The partitions are created (if new) before, on their own:
 // an empty partition is no effect of the transaction.
-func (s *Store) Transaction(ctx context.Context, acks []protocol.AckItem, msgs []Message) (protocol.AckResult, []Outcome, error) {
+func (s *Store) Transaction(ctx context.Context, acks []protocol.AckItem, msgs []Message) (_ protocol.AckResult, _ []Outcome, err error) {
 	var ackRes protocol.AckResult
 	var outcomes []Outcome
-	err := againIfAborted(ctx, func() (err error) {
+	span := noSpan
+	if telemetry.Enabled() {
+		span = telemetry.StartDB(telemetry.DBTransaction, []context.Context{ctx}, telemetry.MessageCount(len(msgs)),
+			attribute.Int("queenside.transaction.acks", len(acks)))
+	}
+	defer func() { telemetry.End(span, err) }()
+	err = againIfAborted(ctx, func() (err error) {
 		ackRes, outcomes, err = s.transaction(ctx, acks, msgs)
 		if isNoData(err) { // a cached partition is gone
 			s.parts.reset()

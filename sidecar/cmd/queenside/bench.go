@@ -57,6 +57,7 @@ func benchCommand() *cli.Command {
 			&cli.DurationFlag{Name: "soak-sample", Value: d.SoakSample, Usage: "time between two looks at the tables"},
 			&cli.DurationFlag{Name: "soak-warmup", Usage: "time the tables get to settle (default 2m, or a third of --soak-duration)"},
 			&cli.IntFlag{Name: "soak-completed-retention", Value: d.SoakCompletedRetention, Usage: "completedRetentionSeconds of the soak queue"},
+			&cli.BoolFlag{Name: "tracing", Usage: "run the sidecar with OpenTelemetry tracing on, exporting to a discarding OTLP receiver in the bench, and a trace context on every push"},
 			&cli.DurationFlag{Name: "retention-interval", Usage: "--retention-interval of the sidecar the bench starts (default serve's, 1s when soak runs; negative: no janitor)"},
 		}, logFlags()...),
 		Action: runBench,
@@ -121,6 +122,7 @@ func runBench(c *cli.Context) error {
 		SoakWarmup:               c.Duration("soak-warmup"),
 		SoakCompletedRetention:   c.Int("soak-completed-retention"),
 		RetentionInterval:        c.Duration("retention-interval"),
+		Tracing:                  c.Bool("tracing"),
 		Logger:                   log,
 	}
 	ctx, stop := signalContext()
