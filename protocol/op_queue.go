@@ -3,12 +3,12 @@ package protocol
 // QueueOptions are a queue's settings. configure replaces all of them: an
 // omitted option returns to its default.
 type QueueOptions struct {
-	LeaseSeconds              int `msgpack:"leaseSeconds"`
-	RetryLimit                int `msgpack:"retryLimit"`
-	DedupWindowSeconds        int `msgpack:"dedupWindowSeconds"`
-	RetentionSeconds          int `msgpack:"retentionSeconds"`
-	CompletedRetentionSeconds int `msgpack:"completedRetentionSeconds"`
-	DelaySeconds              int `msgpack:"delaySeconds"`
+	LeaseSeconds              int `msgpack:"leaseSeconds" json:"leaseSeconds"`
+	RetryLimit                int `msgpack:"retryLimit" json:"retryLimit"`
+	DedupWindowSeconds        int `msgpack:"dedupWindowSeconds" json:"dedupWindowSeconds"`
+	RetentionSeconds          int `msgpack:"retentionSeconds" json:"retentionSeconds"`
+	CompletedRetentionSeconds int `msgpack:"completedRetentionSeconds" json:"completedRetentionSeconds"`
+	DelaySeconds              int `msgpack:"delaySeconds" json:"delaySeconds"`
 }
 
 // DefaultQueueOptions are the options of a queue created by its first push.

@@ -369,7 +369,7 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 	pool := (&privatePostgres{Server: a, url: a.URL("postgres")}).pool(t)
 	waitFor(t, 10*time.Second, "both listeners on the new primary", func() bool {
 		var n int
-		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queenside' AND query LIKE 'LISTEN%'").Scan(&n)
+		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queenside%' AND query LIKE 'LISTEN%'").Scan(&n)
 		return err == nil && n == 2
 	})
 	woken := make(chan int, 1)

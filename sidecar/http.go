@@ -17,6 +17,8 @@ import (
 //	        Use it for readiness.
 //	/metrics Prometheus text: requests, push statuses, the spool and its
 //	        replay, database reachability, connections, leases.
+//	/       the operator dashboard, and under /api/ the JSON it reads
+//	        (sidecar/dashboard/API.md); writes need the admin token.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
@@ -32,6 +34,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		json.NewEncoder(w).Encode(h) //nolint:errcheck // the probe reads the status
 	})
 	mux.Handle("GET /metrics", s.metrics.handler())
+	s.routeDashboard(mux)
 	return mux
 }
 

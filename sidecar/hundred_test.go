@@ -69,7 +69,12 @@ func TestAHundredSidecarsOnOneDatabase(t *testing.T) {
 		}
 		sidecars[i] = launchSidecar(t, bouncer, t.TempDir(), extra...)
 	}
-	t.Logf("%d sidecars started in %.1f s", sidecarCount, time.Since(began).Seconds())
+	// A sidecar answers its socket before it has checked the schema, and
+	// spools what is pushed meanwhile: the pushes below want it ready.
+	for _, sc := range sidecars {
+		waitFor(t, 30*time.Second, "the sidecar to be ready", func() bool { return healthy(sc.socket) })
+	}
+	t.Logf("%d sidecars started and ready in %.1f s", sidecarCount, time.Since(began).Seconds())
 	clients := make([]*queenside.Client, sidecarCount)
 	for i, sc := range sidecars {
 		clients[i] = dialClient(t, sc.socket)

@@ -208,7 +208,7 @@ func TestBehindPgBouncerInTransactionMode(t *testing.T) {
 	// sidecars' pools of 4 asked; only the session connections and the
 	// listeners went to PostgreSQL directly.
 	var servers int
-	if err := a.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'queenside' AND query LIKE 'LISTEN%'").Scan(&servers); err != nil {
+	if err := a.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'queenside%' AND query LIKE 'LISTEN%'").Scan(&servers); err != nil {
 		t.Fatal(err)
 	}
 	if servers != 2 {

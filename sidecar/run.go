@@ -8,12 +8,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/queenside/queenside/schema"
 	"github.com/queenside/queenside/sidecar/buffer"
 	"github.com/queenside/queenside/sidecar/janitor"
 	"github.com/queenside/queenside/sidecar/store"
+	"github.com/queenside/queenside/sidecar/telemetry"
 	"github.com/queenside/queenside/spool"
 )
 
@@ -43,7 +45,10 @@ type Config struct {
 	// Profiling serves Go's pprof endpoints under /debug/pprof/ on the HTTP
 	// side port, for finding where the time goes.
 	Profiling bool
-	Logger    hclog.Logger
+	// AdminTokenFile holds the token the dashboard's writes need (its
+	// content, surrounding whitespace trimmed); "" refuses every write.
+	AdminTokenFile string
+	Logger         hclog.Logger
 	// OnReady, when set, is called once the socket accepts connections.
 	OnReady func(srv *Server)
 }
@@ -60,8 +65,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
 	}
+	// Deferred first, so it runs last: the spans of the drain are flushed.
+	stopTracing := telemetry.Setup(ctx, Version, log.Named("tracing"))
+	defer stopTracing()
+	adminToken, err := readAdminToken(cfg.AdminTokenFile)
+	if err != nil {
+		return err
+	}
+	id := uuid.NewString()
 	dbOpts := cfg.Database
 	dbOpts.URL = cfg.DatabaseURL
+	dbOpts.ApplicationName = "queenside/" + id
 	st, err := store.OpenWith(ctx, dbOpts, log.Named("store"))
 	if err != nil {
 		return err
@@ -87,7 +101,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Buffer: buf, Logger: log})
+	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Buffer: buf, Logger: log,
+		ID: id, AdminToken: adminToken})
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
 	replayCtx, stopReplay := context.WithCancel(context.Background())

@@ -33,6 +33,13 @@ type Options struct {
 	// with unavailable instead.
 	Buffer *buffer.Buffer
 	Logger hclog.Logger
+	// ID is the sidecar's id, as hello and the dashboard show it; "" draws
+	// a random one. Run gives the one it also names its database sessions by.
+	ID string
+	// AdminToken, when set, allows the dashboard's writes (replaying dead
+	// letters, seeking) to requests that carry it as a bearer token; when
+	// empty, every write is refused.
+	AdminToken string
 }
 
 // Server serves the protocol on any number of listeners.
@@ -77,13 +84,16 @@ func New(st *store.Store, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	if opts.ID == "" {
+		opts.ID = uuid.NewString()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts:      opts,
 		log:       opts.Logger,
 		store:     st,
 		buffer:    opts.Buffer,
-		id:        uuid.NewString(),
+		id:        opts.ID,
 		started:   time.Now(),
 		baseCtx:   ctx,
 		cancel:    cancel,

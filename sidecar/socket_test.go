@@ -108,7 +108,7 @@ func TestHealthIsARealRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Exec(ctx, "ALTER DATABASE "+quoteIdent(db)+" ALLOW_CONNECTIONS true") }) //nolint:errcheck
-	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'queenside'", db); err != nil {
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name LIKE 'queenside%'", db); err != nil {
 		t.Fatal(err)
 	}
 	h, err = ts.client(t).Health(ctx)

@@ -13,11 +13,18 @@ import (
 )
 
 // DLQ lists a queue's dead letters in id order after args.AfterID,
-// filtered by group and partition when given.
+// filtered by group and partition when given. An empty queue lists every
+// queue's (the dashboard's view; the dlq op always names one).
 func (s *Store) DLQ(ctx context.Context, a protocol.DLQArgs) (protocol.DLQResult, error) {
 	res := protocol.DLQResult{Entries: []protocol.DLQEntry{}}
-	if err := s.queueExists(ctx, a.Queue); err != nil {
-		return res, err
+	// The queue's condition is left out rather than made optional, so that
+	// a listing of one queue always reads the (queue_name, id) index.
+	byQueue := "$1 = ''"
+	if a.Queue != "" {
+		if err := s.queueExists(ctx, a.Queue); err != nil {
+			return res, err
+		}
+		byQueue = "queue_name = $1"
 	}
 	// One more than asked says whether another page follows.
 	rows, err := s.pool.Query(ctx, `
@@ -25,7 +32,7 @@ func (s *Store) DLQ(ctx context.Context, a protocol.DLQArgs) (protocol.DLQResult
 		       coalesce(error, ''), failures, committed_at, dead_at, replayed_at,
 		       replay_message_id, replay_transaction_id, replay_offset
 		  FROM queenside.dead_letters
-		 WHERE queue_name = $1 AND id > $2
+		 WHERE `+byQueue+` AND id > $2
 		   AND ($3::text IS NULL OR group_name = $3) AND ($4::text IS NULL OR partition_name = $4)
 		 ORDER BY id LIMIT $5`, a.Queue, a.AfterID, a.Group, a.Partition, a.Limit+1)
 	if err != nil {

@@ -32,6 +32,10 @@ type Options struct {
 	// (""), or one of pgx's names ("cache_statement", "cache_describe",
 	// "describe_exec", "exec", "simple_protocol").
 	QueryExecMode string
+	// ApplicationName names this sidecar's sessions in pg_stat_activity
+	// ("queenside/<sidecar id>"), so that an operator, and the dashboard's
+	// cluster page, can tell the sidecars apart. "" is "queenside".
+	ApplicationName string
 }
 
 const (
@@ -48,11 +52,14 @@ const (
 	QueryModeAuto = "auto"
 )
 
+// applicationName is the name of sessions not given one in Options; every
+// sidecar's name starts with it.
 const applicationName = "queenside"
 
 // connPlan is what Options come to.
 type connPlan struct {
-	pool       int // connections of the pool
+	name       string // application_name
+	pool       int    // connections of the pool
 	sessionURL string
 	listenURL  string // "" for none
 	mode       pgx.QueryExecMode
@@ -60,7 +67,10 @@ type connPlan struct {
 }
 
 func (o Options) plan() (connPlan, error) {
-	p := connPlan{sessionURL: o.SessionURL, listenURL: o.ListenURL}
+	p := connPlan{name: o.ApplicationName, sessionURL: o.SessionURL, listenURL: o.ListenURL}
+	if p.name == "" {
+		p.name = applicationName
+	}
 	if p.sessionURL == "" {
 		p.sessionURL = o.URL
 	}
@@ -114,7 +124,7 @@ var queryExecModes = map[string]pgx.QueryExecMode{
 // apply sets the pool's size, exec mode and application name.
 func (p connPlan) apply(cfg *pgxpool.Config) {
 	cfg.MaxConns = int32(p.pool)
-	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
+	cfg.ConnConfig.RuntimeParams["application_name"] = p.name
 	if !p.modeGiven {
 		cfg.ConnConfig.DefaultQueryExecMode = p.mode
 	}

@@ -60,14 +60,14 @@ func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	session, err := connConfig(plan.sessionURL)
+	session, err := connConfig(plan.sessionURL, plan.name)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open store: parse session database url: %w", err)
 	}
 	var listen *pgx.ConnConfig
 	if plan.listenURL != "" {
-		if listen, err = connConfig(plan.listenURL); err != nil {
+		if listen, err = connConfig(plan.listenURL, plan.name); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("open store: parse listen database url: %w", err)
 		}
@@ -97,12 +97,12 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 }
 
 // connConfig is url's configuration for a connection of its own.
-func connConfig(url string) (*pgx.ConnConfig, error) {
+func connConfig(url, name string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
-	cfg.RuntimeParams["application_name"] = applicationName
+	cfg.RuntimeParams["application_name"] = name
 	return cfg, nil
 }
 

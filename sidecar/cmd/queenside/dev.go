@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/urfave/cli/v2"
@@ -74,15 +75,19 @@ func runDev(c *cli.Context) error {
 	}
 	cfg.OnReady = func(*sidecar.Server) {
 		abs, _ := filepath.Abs(cfg.SocketPath)
+		dashboard := ""
+		if cfg.HTTPAddr != "" {
+			dashboard = fmt.Sprintf("  dashboard: http://%s/\n", dashboardHost(cfg.HTTPAddr))
+		}
 		fmt.Fprintf(os.Stderr, `
 queenside is serving on %s
   database: %s
-  try:      queenside push --queue hello --payload '{"hi": 1}'
+%s  try:      queenside push --queue hello --payload '{"hi": 1}'
             queenside stats --queue hello
   (the CLI finds ./%s from this directory; elsewhere export QUEENSIDE_SOCKET=%s)
 Ctrl-C stops the sidecar and PostgreSQL.
 
-`, abs, cfg.DatabaseURL, queenside.DevSocket, abs)
+`, abs, cfg.DatabaseURL, dashboard, queenside.DevSocket, abs)
 	}
 	err = sidecar.Run(ctx, cfg)
 	if errors.Is(err, schema.ErrSchemaMismatch) && c.String("database-url") == "" {
@@ -115,4 +120,13 @@ func createDatabase(ctx context.Context, adminURL, name string, reset bool) erro
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// dashboardHost is where a browser on this machine reaches addr: ":8080"
+// listens on every interface, and localhost is one of them.
+func dashboardHost(addr string) string {
+	if strings.HasPrefix(addr, ":") {
+		return "localhost" + addr
+	}
+	return addr
 }

@@ -48,6 +48,7 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.IntFlag{Name: "max-frame-bytes", Value: protocol.DefaultMaxFrameBytes, Usage: "largest frame body accepted"},
 		&cli.DurationFlag{Name: "shutdown-grace", Value: sidecar.DefaultShutdownGrace, Usage: "how long SIGTERM waits for requests in flight"},
 		&cli.DurationFlag{Name: "retention-interval", Value: sidecar.DefaultRetentionInterval, Usage: "time between two rounds of deleting what retention allows (0: never, on this sidecar)"},
+		&cli.StringFlag{Name: "admin-token-file", Usage: "file holding the token (16 characters or more) that the dashboard's writes need as Authorization: Bearer; without it every write is refused", EnvVars: []string{"QUEENSIDE_ADMIN_TOKEN_FILE"}},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve Go's profiling endpoints under /debug/pprof/ on --http-addr"},
 		&cli.StringFlag{Name: "session-database-url", Usage: "PostgreSQL itself, not a transaction pooler, for the janitor's advisory lock, migrations and LISTEN (default: --database-url)", EnvVars: []string{"QUEENSIDE_SESSION_DATABASE_URL"}},
 		&cli.StringFlag{Name: "listen-database-url", Usage: "where the notification listener connects (default: --session-database-url); \"none\": no listener, waiting pops look every second", EnvVars: []string{"QUEENSIDE_LISTEN_DATABASE_URL"}},
@@ -71,6 +72,9 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 	if d := c.Duration("retention-interval"); d < 0 {
 		return sidecar.Config{}, fmt.Errorf("--retention-interval %v: want 0 (off) or more", d)
 	}
+	if c.String("admin-token-file") != "" && c.String("http-addr") == "" {
+		return sidecar.Config{}, fmt.Errorf("--admin-token-file needs --http-addr: the dashboard is served there")
+	}
 	if c.Bool("pprof") && c.String("http-addr") == "" {
 		return sidecar.Config{}, fmt.Errorf("--pprof needs --http-addr")
 	}
@@ -93,6 +97,7 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 		Profiling:     c.Bool("pprof"),
 		Logger:        log,
 
+		AdminTokenFile:    c.String("admin-token-file"),
 		RetentionInterval: c.Duration("retention-interval"),
 		Database: store.Options{
 			SessionURL:    c.String("session-database-url"),

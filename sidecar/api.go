@@ -1,0 +1,358 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/dashboard"
+	"github.com/queenside/queenside/sidecar/store"
+)
+
+// The dashboard at / and the JSON it reads under /api/, documented in
+// sidecar/dashboard/API.md. Reads are open, as /metrics is; writes go
+// through adminOnly.
+
+const (
+	// apiTimeout bounds every API request's database work.
+	apiTimeout = 10 * time.Second
+	// dashboardRefresh is how often the dashboard polls.
+	dashboardRefresh = 2 * time.Second
+	// maxAPIBody bounds a write's JSON body.
+	maxAPIBody = 1 << 20
+	// Page sizes of partitions and dead letters.
+	defaultPartitionPage, maxPartitionPage = 100, 500
+	defaultDLQPage, maxDLQPage             = 50, 500
+)
+
+func (s *Server) routeDashboard(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/info", s.apiInfo)
+	mux.HandleFunc("GET /api/auth", s.apiAuth)
+	mux.HandleFunc("GET /api/queues", s.api(s.apiQueues))
+	mux.HandleFunc("GET /api/queues/{queue}", s.api(s.apiQueue))
+	mux.HandleFunc("GET /api/queues/{queue}/partitions", s.api(s.apiPartitions))
+	mux.HandleFunc("POST /api/queues/{queue}/seek", s.adminOnly(s.api(s.apiSeek)))
+	mux.HandleFunc("GET /api/dlq", s.api(s.apiDLQ))
+	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.api(s.apiDLQReplay)))
+	mux.HandleFunc("GET /api/spool", s.apiSpool)
+	mux.HandleFunc("GET /api/cluster", s.apiCluster)
+	noAPI := func(w http.ResponseWriter, r *http.Request) {
+		writeAPIError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API at %s %s", r.Method, r.URL.Path))
+	}
+	mux.HandleFunc("GET /api/", noAPI)
+	mux.HandleFunc("POST /api/", noAPI)
+	mux.Handle("GET /", http.FileServerFS(dashboard.Assets()))
+}
+
+// api runs fn with a bounded context once the schema is ready, and writes
+// its result or its error as JSON.
+func (s *Server) api(fn func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			writeAPIError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "the database schema is not ready yet")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+		defer cancel()
+		v, err := fn(ctx, r)
+		if err != nil {
+			pe := s.toProtocolError(err)
+			writeAPIError(w, apiStatus(pe.Code), pe.Code, pe.Message)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+func apiStatus(code protocol.Code) int {
+	switch code {
+	case protocol.CodeNotFound:
+		return http.StatusNotFound
+	case protocol.CodeInvalidArgument, protocol.CodeBadRequest:
+		return http.StatusBadRequest
+	case protocol.CodeUnavailable, protocol.CodeDraining, protocol.CodeOverloaded, protocol.CodeSpoolFull:
+		return http.StatusServiceUnavailable
+	case protocol.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+}
+
+func writeAPIError[C ~string](w http.ResponseWriter, status int, code C, message string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": string(code), "message": message}})
+}
+
+func (s *Server) apiInfo(w http.ResponseWriter, _ *http.Request) {
+	writes := "disabled"
+	if s.opts.AdminToken != "" {
+		writes = "token"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"sidecarId": s.id, "version": Version, "uptimeSeconds": time.Since(s.started).Seconds(),
+		"writes": writes, "refreshMs": dashboardRefresh.Milliseconds(),
+	})
+}
+
+func (s *Server) apiAuth(w http.ResponseWriter, r *http.Request) {
+	if s.authorize(w, r) {
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	}
+}
+
+func (s *Server) apiQueues(ctx context.Context, _ *http.Request) (any, error) {
+	at := time.Now().UTC()
+	qs, err := s.store.QueueSummaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"at": at, "queues": qs}, nil
+}
+
+func (s *Server) apiQueue(ctx context.Context, r *http.Request) (any, error) {
+	at := time.Now().UTC()
+	q, groups, err := s.store.QueueSummary(ctx, r.PathValue("queue"))
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		At time.Time `json:"at"`
+		store.QueueSummary
+		Groups any `json:"groups"`
+	}{at, q, groups}, nil
+}
+
+func (s *Server) apiPartitions(ctx context.Context, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	limit, err := queryInt(q.Get("limit"), "limit", defaultPartitionPage, 1, maxPartitionPage)
+	if err != nil {
+		return nil, err
+	}
+	page, next, err := s.store.PartitionPage(ctx, r.PathValue("queue"), q.Get("after"), q.Get("prefix"), int(limit))
+	if err != nil {
+		return nil, err
+	}
+	res := map[string]any{"partitions": page}
+	if next != "" {
+		res["next"] = next
+	}
+	return res, nil
+}
+
+// apiSeek and apiDLQReplay hand their JSON body to the protocol's own
+// decoders, so that the API checks arguments exactly as the ops do.
+func (s *Server) apiSeek(ctx context.Context, r *http.Request) (any, error) {
+	raw, err := bodyAsArgs(r, map[string]any{"queue": r.PathValue("queue")})
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.opSeek(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	return asJSON(v)
+}
+
+func (s *Server) apiDLQReplay(ctx context.Context, r *http.Request) (any, error) {
+	raw, err := bodyAsArgs(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.opDLQReplay(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	return asJSON(v)
+}
+
+func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	a := protocol.DLQArgs{Queue: q.Get("queue")}
+	if a.Queue != "" {
+		if err := protocol.CheckName("queue", a.Queue); err != nil {
+			return nil, err
+		}
+	}
+	if g := q.Get("group"); q.Has("group") {
+		a.Group = &g
+	}
+	if p := q.Get("partition"); p != "" {
+		a.Partition = &p
+	}
+	limit, err := queryInt(q.Get("limit"), "limit", defaultDLQPage, 1, maxDLQPage)
+	if err != nil {
+		return nil, err
+	}
+	after, err := queryInt(q.Get("afterId"), "afterId", 0, 0, 1<<62)
+	if err != nil {
+		return nil, err
+	}
+	a.Limit, a.AfterID = int(limit), after
+	res, err := s.store.DLQ(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	out, err := asJSON(res)
+	if err != nil {
+		return nil, err
+	}
+	// Payloads are shown decoded; their stored size is told beside them.
+	entries, _ := out.(map[string]any)["entries"].([]any)
+	for i, e := range entries {
+		if m, ok := e.(map[string]any); ok && i < len(res.Entries) {
+			m["payloadBytes"] = len(res.Entries[i].Payload)
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) apiSpool(w http.ResponseWriter, _ *http.Request) {
+	res := map[string]any{"enabled": s.buffer != nil, "records": 0, "bytes": 0, "replaying": false,
+		"replayed": 0, "rejected": 0, "databaseUp": s.ready.Load(), "quarantined": []string{}, "warnings": []string{}}
+	if s.buffer != nil {
+		b := s.buffer.Stats()
+		res["records"], res["bytes"], res["replaying"] = b.Records, b.Bytes, b.Replaying
+		res["replayed"], res["rejected"], res["databaseUp"] = b.Replayed, b.Rejected, b.DatabaseUp && s.ready.Load()
+		if !b.Oldest.IsZero() {
+			res["oldestAt"] = b.Oldest.UTC()
+		}
+		if b.Quarantined != nil {
+			res["quarantined"] = b.Quarantined
+		}
+		if b.Warnings != nil {
+			res["warnings"] = b.Warnings
+		}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// apiCluster answers even while the database is unreachable: that is
+// when an operator looks at it.
+func (s *Server) apiCluster(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+	defer cancel()
+	health := s.Health(ctx)
+	db := map[string]any{"ok": health.Database.OK}
+	if health.Database.OK {
+		db["latencyMs"] = health.Database.LatencyMs
+	} else {
+		db["error"] = health.Database.Error
+	}
+	res := map[string]any{"at": time.Now().UTC(), "database": db, "health": health,
+		"sidecarId": s.id, "sidecars": []any{}}
+	if health.Database.OK {
+		version, sidecars, err := s.store.SidecarSessions(ctx)
+		if err != nil {
+			db["error"] = err.Error()
+		} else {
+			db["serverVersion"], res["sidecars"] = version, sidecars
+		}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func queryInt(s, name string, def, lo, hi int64) (int64, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, protocol.Errorf(protocol.CodeInvalidArgument, "%s: want an integer in %d..%d", name, lo, hi)
+	}
+	return n, nil
+}
+
+// bodyAsArgs reads a JSON object, sets extra's keys on it, and encodes it
+// as the msgpack args of an op.
+func bodyAsArgs(r *http.Request, extra map[string]any) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxAPIBody))
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "body: %v", err)
+	}
+	args := map[string]any{}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&args); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "body: want a JSON object: %v", err)
+	}
+	for k, v := range extra {
+		args[k] = v
+	}
+	for k, v := range args {
+		if n, ok := v.(json.Number); ok {
+			args[k] = jsonNumber(n)
+		}
+		if list, ok := v.([]any); ok {
+			for i, e := range list {
+				if n, ok := e.(json.Number); ok {
+					list[i] = jsonNumber(n)
+				}
+			}
+		}
+	}
+	return msgpack.Marshal(args)
+}
+
+// jsonNumber keeps integers integers, as the ops' decoders want them.
+func jsonNumber(n json.Number) any {
+	if i, err := n.Int64(); err == nil {
+		return i
+	}
+	f, _ := n.Float64()
+	return f
+}
+
+// asJSON turns an op's result into plain values under its wire names, the
+// msgpack ones: encoded, then decoded generically. A payload, raw msgpack,
+// comes out as the value it encodes.
+func asJSON(v any) (any, error) {
+	raw, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	if err := msgpack.Unmarshal(raw, &out); err != nil {
+		return nil, err
+	}
+	return jsonable(out), nil
+}
+
+// jsonable makes what msgpack decoded encodable as JSON: maps with other
+// keys than strings get their keys printed, and times are shown in UTC.
+func jsonable(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = jsonable(e)
+		}
+		return x
+	case map[any]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[fmt.Sprint(k)] = jsonable(e)
+		}
+		return m
+	case []any:
+		for i, e := range x {
+			x[i] = jsonable(e)
+		}
+		return x
+	case time.Time:
+		return x.UTC()
+	}
+	return v
+}
