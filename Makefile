@@ -7,23 +7,25 @@ LDFLAGS := -X github.com/queenside/queenside/sidecar.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test deps test-go test-python test-node lint fuzz bench soak verify clean
+.PHONY: help build run test deps test-go test-python test-node test-dashboard screenshots bench-dashboard lint fuzz bench soak verify clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build the binary at bin/queenside
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./sidecar/cmd/queenside
 
-run: build ## run a sidecar on ./.queenside/queenside.sock, with a throwaway PostgreSQL under ./.queenside/
-	./$(BIN) dev
+HTTP_ADDR ?= 127.0.0.1:8080
+run: build ## run a sidecar on ./.queenside/queenside.sock, with a throwaway PostgreSQL under ./.queenside/ and its dashboard on http://127.0.0.1:8080/ (HTTP_ADDR=)
+	./$(BIN) dev --http-addr $(HTTP_ADDR)
 
-test: deps lint test-go test-python test-node ## run every test: Go, Python and Node (each starts its own PostgreSQL)
+test: deps lint test-go test-python test-node test-dashboard ## run every test: Go, Python, Node and the dashboard in a browser (each starts its own PostgreSQL)
 
 # What the tests need beyond Go, as Debian packages. As root with apt, deps
 # installs what is missing; otherwise it prints the one command that would,
 # and fails.
-PYTHON ?= /usr/bin/python3
+PYTHON   ?= /usr/bin/python3
+CHROMIUM ?= chromium
 deps: ## install what the tests need and this machine lacks (as root, with apt), or say how
 	@missing=""; \
 	{ command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -31,6 +33,7 @@ deps: ## install what the tests need and this machine lacks (as root, with apt),
 	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	{ command -v pgbouncer || test -x /usr/sbin/pgbouncer; } >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
 	command -v pg_autoctl >/dev/null 2>&1 || missing="$$missing postgresql-15-auto-failover"; \
+	command -v $(CHROMIUM) >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "make: installing$$missing"; \
@@ -42,6 +45,7 @@ deps: ## install what the tests need and this machine lacks (as root, with apt),
 		fi; \
 	fi
 	@test -d clients/node/node_modules || npm ci --prefix clients/node --no-audit --no-fund
+	@test -d sidecar/dashboard/browser/node_modules || npm ci --prefix sidecar/dashboard/browser --no-audit --no-fund
 
 test-go: ## run the Go tests with the race detector
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -52,6 +56,18 @@ test-python: build ## run the Python client's tests and examples against a real 
 test-node: ## run the Node client's tests and examples against a real sidecar (installs its one dependency first)
 	@test -d clients/node/node_modules || npm ci --prefix clients/node --no-audit --no-fund
 	npm test --prefix clients/node
+
+test-dashboard: build ## drive the dashboard in headless Chromium against a real sidecar (needs chromium)
+	@test -d sidecar/dashboard/browser/node_modules || npm ci --prefix sidecar/dashboard/browser --no-audit --no-fund
+	npm test --prefix sidecar/dashboard/browser
+
+screenshots: build ## run the dashboard's browser tests, saving a screenshot of each page into docs/dashboard/
+	@test -d sidecar/dashboard/browser/node_modules || npm ci --prefix sidecar/dashboard/browser --no-audit --no-fund
+	QUEENSIDE_SCREENSHOTS=$(CURDIR)/docs/dashboard npm test --prefix sidecar/dashboard/browser
+
+bench-dashboard: build ## fill a queue with 10,000 partitions and 1,000,000 messages, then time the dashboard's pages in Chromium
+	@test -d sidecar/dashboard/browser/node_modules || npm ci --prefix sidecar/dashboard/browser --no-audit --no-fund
+	npm run big --prefix sidecar/dashboard/browser
 
 lint: ## check formatting and vet the code
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

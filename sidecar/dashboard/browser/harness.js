@@ -1,0 +1,112 @@
+// A real sidecar for the dashboard's tests: the binary built from this
+// repository (with the Node client's harness), `queenside dev` with its own
+// throwaway PostgreSQL, the HTTP port on a free loopback port, and an admin
+// token file.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { buildSidecar, startServe, stopProcess, waitHealthy } from '../../../clients/node/test/harness.js';
+
+export { connect, completed, failed } from '../../../clients/node/src/index.js';
+
+/** A TCP port free on 127.0.0.1 now. */
+export async function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+// The sidecar's own variables would override what the tests ask for.
+function sidecarEnv() {
+  const env = { ...process.env };
+  for (const key of Object.keys(env)) if (key.startsWith('QUEENSIDE_')) delete env[key];
+  return env;
+}
+
+async function waitHttp(url, child) {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`the sidecar exited with code ${child.exitCode}:\n${child.output()}`);
+    try {
+      const res = await fetch(`${url}api/info`);
+      if (res.ok) return;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`the sidecar's HTTP port at ${url} did not answer:\n${child.output()}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/**
+ * Starts `queenside dev` with --http-addr and --admin-token-file.
+ * @returns {Promise<{url: string, socket: string, token: string, dir: string, bin: string, stop: () => Promise<void>}>}
+ */
+export async function startSidecar({ args = [] } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'queenside-dashboard-'));
+  const bin = await buildSidecar(dir);
+  const token = randomBytes(24).toString('hex');
+  const tokenFile = join(dir, 'admin-token');
+  writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
+  const port = await freePort();
+  const socket = join(dir, 'queenside.sock');
+  const child = spawn(bin, [
+    'dev', '--dir', join(dir, 'pg'), '--socket', socket, '--spool-dir', join(dir, 'spool'),
+    '--http-addr', `127.0.0.1:${port}`, '--admin-token-file', tokenFile, '--log-level', 'warn', ...args,
+  ], { cwd: dir, env: sidecarEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (d) => { output += d; });
+  child.stderr.on('data', (d) => { output += d; });
+  child.output = () => output;
+  child.exited = new Promise((resolve) => child.once('exit', resolve));
+  const url = `http://127.0.0.1:${port}/`;
+  try {
+    await waitHealthy(bin, socket, child);
+    await waitHttp(url, child);
+  } catch (err) {
+    await stopProcess(child, 'SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  return {
+    url,
+    socket,
+    token,
+    // dev prints the URL of the database it started; other sidecars can share it
+    databaseUrl: /database:\s+(postgres\S+)/.exec(output)?.[1],
+    dir,
+    bin,
+    output: () => output,
+    async stop() {
+      await stopProcess(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A queue name no other run uses. */
+export function uniqueQueue(prefix) {
+  return `${prefix}-${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+}
+
+/**
+ * A second sidecar, `queenside serve` on the same database, with its HTTP
+ * port and no --admin-token-file: every write of its dashboard is refused.
+ */
+export async function startReadOnlySidecar(main) {
+  const port = await freePort();
+  const srv = await startServe(main.bin, main.dir, {
+    name: 'readonly', databaseUrl: main.databaseUrl, args: ['--http-addr', `127.0.0.1:${port}`],
+  });
+  const url = `http://127.0.0.1:${port}/`;
+  await waitHttp(url, srv.child);
+  return { url, socket: srv.socket, stop: srv.stop };
+}

@@ -1,0 +1,203 @@
+// The dashboard: hash routes, one page at a time, each refreshed every
+// refreshMs (from api/info) without reloading.
+import { api, ApiError, getToken, setToken } from './api.js';
+import { h, duration } from './dom.js';
+import * as queues from './pages/queues.js';
+import * as queue from './pages/queue.js';
+import * as dlq from './pages/dlq.js';
+import * as spool from './pages/spool.js';
+import * as cluster from './pages/cluster.js';
+
+const ROUTES = [
+  { re: /^\/(queues)?$/, page: queues, nav: 'queues' },
+  { re: /^\/queues\/(.+)$/, page: queue, nav: 'queues' },
+  { re: /^\/dlq$/, page: dlq, nav: 'dlq' },
+  { re: /^\/spool$/, page: spool, nav: 'spool' },
+  { re: /^\/cluster$/, page: cluster, nav: 'cluster' },
+];
+
+const main = document.getElementById('main');
+const banner = document.getElementById('banner');
+
+/** What api/info said; refreshMs until then is the documented default. */
+const info = { sidecarId: '', version: '', uptimeSeconds: 0, writes: 'token', refreshMs: 2000, loadedAt: Date.now() };
+
+let generation = 0;
+let current = null;
+let timer = 0;
+
+function parseHash() {
+  const raw = location.hash.replace(/^#/, '') || '/queues';
+  const i = raw.indexOf('?');
+  const path = i < 0 ? raw : raw.slice(0, i);
+  return { path, query: new URLSearchParams(i < 0 ? '' : raw.slice(i + 1)) };
+}
+
+function showBanner(text) {
+  if (text) {
+    banner.textContent = text;
+    banner.hidden = false;
+  } else if (!banner.hidden) {
+    banner.hidden = true;
+    banner.textContent = '';
+  }
+}
+
+function route() {
+  const gen = ++generation;
+  clearTimeout(timer);
+  if (current && current.destroy) current.destroy();
+  current = null;
+  showBanner('');
+  const { path, query } = parseHash();
+  const r = ROUTES.find((x) => x.re.test(path));
+  for (const a of document.querySelectorAll('[data-nav]')) {
+    if (r && a.dataset.nav === r.nav) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+  if (!r) {
+    main.replaceChildren(h('h1', { tabindex: '-1' }, 'Not found'), h('p', null, 'No such page. ', h('a', { href: '#/queues' }, 'Go to the queues.')));
+    document.title = 'Not found · queenside';
+    return;
+  }
+  const m = r.re.exec(path);
+  const ctx = {
+    info,
+    query,
+    param: m[1] && r.page !== queues ? safeDecode(m[1]) : undefined,
+    live: () => gen === generation,
+    navigate: (hash) => {
+      location.hash = hash;
+    },
+  };
+  const page = r.page.create(ctx);
+  current = page;
+  main.replaceChildren(page.el);
+  document.title = `${page.title} · queenside`;
+  // after a move between pages, a screen reader starts at the new heading
+  if (gen > 1) page.el.querySelector('h1')?.focus({ preventScroll: true });
+  tick(gen, page);
+}
+
+function safeDecode(s) {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+async function tick(gen, page) {
+  if (gen !== generation) return;
+  if (!document.hidden || !page.polled) {
+    try {
+      await page.refresh();
+      if (gen === generation) showBanner('');
+    } catch (err) {
+      if (gen !== generation) return;
+      showBanner(err instanceof ApiError ? `Could not load this page: ${err.message} (${err.code}).` : `Could not show this page: ${err.message}`);
+    }
+  }
+  if (gen !== generation || page.polled === false) return;
+  timer = setTimeout(() => tick(gen, page), info.refreshMs);
+}
+
+function renderSidecar() {
+  const el = document.getElementById('sidecar-info');
+  if (!info.sidecarId) {
+    el.replaceChildren();
+    return;
+  }
+  const up = info.uptimeSeconds + (Date.now() - info.loadedAt) / 1000;
+  el.replaceChildren(
+    h('span', { title: 'sidecar id' }, info.sidecarId),
+    h('span', { class: 'muted' }, ` · ${info.version} · up ${duration(up)}`),
+  );
+}
+
+function renderTokenButton() {
+  const b = document.getElementById('token-button');
+  if (info.writes === 'disabled') {
+    b.textContent = 'Writes disabled';
+    b.title = 'This sidecar was started without --admin-token-file: every write is refused.';
+    b.dataset.state = 'disabled';
+  } else if (getToken()) {
+    b.textContent = 'Admin token ✓';
+    b.title = 'An admin token is kept for this tab: writes send it.';
+    b.dataset.state = 'set';
+  } else {
+    b.textContent = 'Admin token';
+    b.title = 'Writes need the admin token.';
+    b.dataset.state = 'unset';
+  }
+}
+
+function setupTokenDialog() {
+  const dialog = document.getElementById('token-dialog');
+  const form = document.getElementById('token-form');
+  const input = document.getElementById('token-input');
+  const status = document.getElementById('token-status');
+  document.getElementById('token-button').addEventListener('click', () => {
+    input.value = '';
+    status.textContent = info.writes === 'disabled'
+      ? 'This sidecar was started without --admin-token-file: writes are disabled whatever the token.'
+      : getToken() ? 'A token is kept for this tab.' : 'No token is kept.';
+    status.className = 'form-status';
+    dialog.showModal();
+    input.focus();
+  });
+  form.addEventListener('submit', async (ev) => {
+    const action = ev.submitter ? ev.submitter.value : 'check';
+    if (action === 'cancel') return; // the dialog closes by itself
+    ev.preventDefault();
+    if (action === 'forget') {
+      setToken('');
+      dialog.close();
+      return;
+    }
+    const token = input.value.trim();
+    if (!token) {
+      status.textContent = 'Enter the token first.';
+      status.className = 'form-status error';
+      return;
+    }
+    status.textContent = 'Checking…';
+    status.className = 'form-status';
+    try {
+      await api('auth', { token });
+      setToken(token);
+      input.value = '';
+      status.textContent = 'Token accepted.';
+      dialog.close();
+    } catch (err) {
+      status.className = 'form-status error';
+      if (err.status === 403 && err.code === 'writes_disabled') {
+        status.textContent = 'Refused (403 writes_disabled): this sidecar was started without --admin-token-file, so writes are disabled.';
+      } else if (err.status === 403) {
+        status.textContent = `Refused (403 ${err.code}): this is not the sidecar's admin token.`;
+      } else {
+        status.textContent = `Could not check the token: ${err.message}`;
+      }
+    }
+  });
+  window.addEventListener('queenside:token', renderTokenButton);
+}
+
+async function loadInfo() {
+  try {
+    const i = await api('info');
+    Object.assign(info, i, { loadedAt: Date.now() });
+    if (!(info.refreshMs >= 250)) info.refreshMs = 2000;
+  } catch {
+    // the pages show the sidecar's absence themselves
+  }
+  renderSidecar();
+  renderTokenButton();
+}
+
+setupTokenDialog();
+renderTokenButton();
+window.addEventListener('hashchange', route);
+setInterval(renderSidecar, 30_000);
+await loadInfo();
+route();

@@ -1,0 +1,126 @@
+// The cluster: the sidecars connected to the database, the database's
+// health and latency, this sidecar's health, and maintenance when the
+// sidecar reports it.
+import { api } from '../api.js';
+import { h, num, time, ago, bytes, duration, stat } from '../dom.js';
+import { LiveChart } from '../chart.js';
+
+export function create(ctx) {
+  const cards = h('div', { class: 'stats', id: 'cluster-stats' });
+  const maintenance = h('div', { id: 'cluster-maintenance' });
+  const health = h('dl', { class: 'kv', id: 'cluster-health' });
+  const database = h('dl', { class: 'kv', id: 'cluster-database' });
+  const chartBox = h('div', { class: 'chart', id: 'latency-chart' });
+  const tbody = h('tbody');
+  const table = h('table', { id: 'sidecars-table', class: 'data' },
+    h('caption', { class: 'sr-only' }, 'Sidecars connected to the database'),
+    h('thead', null, h('tr', null,
+      h('th', { scope: 'col' }, 'Sidecar'),
+      h('th', { scope: 'col', class: 'num' }, 'Connections'),
+      h('th', { scope: 'col' }, 'Connected since'),
+      h('th', { scope: 'col' }, 'Client addresses'))),
+    tbody);
+  const el = h('section', { 'aria-labelledby': 'page-title' },
+    h('h1', { id: 'page-title', tabindex: '-1' }, 'Cluster'),
+    cards,
+    maintenance,
+    h('section', { class: 'card', 'aria-labelledby': 'sidecars-title' },
+      h('h2', { id: 'sidecars-title' }, 'Sidecars connected to the database'),
+      h('div', { class: 'table-wrap' }, table)),
+    h('div', { class: 'columns' },
+      h('section', { class: 'card', 'aria-labelledby': 'database-title' }, h('h2', { id: 'database-title' }, 'Database'), database),
+      h('section', { class: 'card', 'aria-labelledby': 'health-title' }, h('h2', { id: 'health-title' }, 'This sidecar'), health)),
+    h('section', { class: 'card', 'aria-labelledby': 'latency-title' },
+      h('h2', { id: 'latency-title' }, 'Database round trip (ms)'),
+      chartBox));
+  let chart = null;
+
+  function kv(pairs) {
+    return pairs.filter(Boolean).flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]);
+  }
+
+  function maintenanceCard(m) {
+    if (!m || typeof m !== 'object') return null;
+    const state = (on, since) => (on
+      ? [h('span', { class: 'bad' }, 'paused'), since ? [' since ', time(since)] : null]
+      : h('span', { class: 'ok' }, 'running'));
+    return h('section', { class: 'card maintenance', 'aria-labelledby': 'maintenance-title', id: 'maintenance-card' },
+      h('h2', { id: 'maintenance-title' }, 'Maintenance'),
+      h('dl', { class: 'kv' }, kv([['Pushes', state(m.push, m.pushSince)], ['Pops', state(m.pop, m.popSince)]])));
+  }
+
+  function healthRows(x) {
+    if (!x || typeof x !== 'object') return kv([['Status', String(x ?? '–')]]);
+    const rows = [];
+    const known = new Set(['status', 'database', 'spool', 'version', 'uptimeSeconds']);
+    rows.push(['Status', statusText(x.status)]);
+    if (x.database !== undefined) rows.push(['Database', describe(x.database)]);
+    if (x.spool !== undefined) rows.push(['Spool', describe(x.spool)]);
+    if (x.version !== undefined) rows.push(['Version', String(x.version)]);
+    if (x.uptimeSeconds !== undefined) rows.push(['Uptime', duration(x.uptimeSeconds)]);
+    for (const [k, v] of Object.entries(x)) if (!known.has(k)) rows.push([k, describe(v)]);
+    return kv(rows);
+  }
+
+  async function refresh() {
+    const c = await api('cluster');
+    if (!ctx.live()) return;
+    const db = c.database || {};
+    const sidecars = c.sidecars || [];
+    const self = ctx.info.sidecarId;
+    cards.replaceChildren(
+      stat('Sidecars', num(sidecars.length), { dataset: { stat: 'sidecars', value: sidecars.length } }),
+      stat('Database', db.ok ? h('span', { class: 'ok' }, 'ok') : h('span', { class: 'bad' }, 'down'), { dataset: { stat: 'database' } }),
+      stat('Latency', db.latencyMs !== undefined && db.latencyMs !== null ? `${Number(db.latencyMs).toFixed(2)} ms` : '–', { dataset: { stat: 'latency' } }),
+      stat('This sidecar', statusText(c.health && c.health.status), { dataset: { stat: 'health' } }),
+    );
+    maintenance.replaceChildren(maintenanceCard(c.maintenance) || '');
+    tbody.replaceChildren(...sidecars.map((s) => {
+      const mine = Boolean(self) && (s.sidecarId === self || s.name === self || s.name === `queenside/${self}`);
+      return h('tr', { dataset: { sidecar: s.name }, class: mine ? 'self' : null },
+        h('th', { scope: 'row', class: 'name' }, s.name, mine ? h('span', { class: 'badge' }, 'this sidecar') : null),
+        h('td', { class: 'num' }, num(s.connections)),
+        h('td', null, s.since ? [time(s.since), h('span', { class: 'muted' }, ' (', ago(s.since), ')')] : '–'),
+        h('td', null, (s.clientAddrs || []).join(', ') || h('span', { class: 'muted' }, 'Unix socket')));
+    }));
+    if (!sidecars.length) tbody.replaceChildren(h('tr', null, h('td', { colspan: '4', class: 'empty' }, 'No sidecar session seen (the database may be unreachable).')));
+    database.replaceChildren(...kv([
+      ['Status', db.ok ? h('span', { class: 'ok' }, 'ok') : h('span', { class: 'bad' }, 'unreachable')],
+      db.latencyMs !== undefined && db.latencyMs !== null && ['Round trip', `${Number(db.latencyMs).toFixed(2)} ms`],
+      db.serverVersion && ['Server version', db.serverVersion],
+      db.error && ['Error', h('span', { class: 'bad' }, typeof db.error === 'object' ? db.error.message || JSON.stringify(db.error) : String(db.error))],
+      ['Checked', time(c.at)],
+    ]));
+    health.replaceChildren(...healthRows(c.health));
+    if (!chart) chart = new LiveChart(chartBox, { label: 'Database round trip in milliseconds', unit: ' ms' });
+    chart.add(Date.parse(c.at) / 1000, new Map([['round trip', db.latencyMs ?? null]]));
+    el.dataset.ready = 'true';
+  }
+
+  return { el, title: 'Cluster', refresh, destroy: () => chart && chart.destroy() };
+}
+
+function statusText(s) {
+  if (s === undefined || s === null) return '–';
+  const cls = s === 'ok' ? 'ok' : s === 'degraded' ? 'warn' : 'bad';
+  return h('span', { class: cls }, String(s));
+}
+
+/** A health sub-object in words: known shapes first, else its fields. */
+function describe(v) {
+  if (v === null || v === undefined) return '–';
+  if (typeof v !== 'object') return String(v);
+  const parts = [];
+  if ('status' in v) parts.push(String(v.status));
+  if ('ok' in v) parts.push(v.ok ? 'ok' : 'down');
+  if ('latencyMs' in v && v.latencyMs !== null) parts.push(`${Number(v.latencyMs).toFixed(2)} ms`);
+  if ('records' in v) parts.push(`${num(v.records)} records`);
+  if ('bytes' in v) parts.push(bytes(v.bytes));
+  if ('replaying' in v) parts.push(v.replaying ? 'replaying' : 'not replaying');
+  for (const [k, x] of Object.entries(v)) {
+    if (['status', 'ok', 'latencyMs', 'records', 'bytes', 'replaying'].includes(k)) continue;
+    if (x === null || x === undefined || (Array.isArray(x) && !x.length)) continue;
+    parts.push(`${k} ${typeof x === 'object' ? JSON.stringify(x) : String(x)}`);
+  }
+  return parts.join(', ') || '–';
+}

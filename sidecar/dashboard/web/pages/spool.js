@@ -1,0 +1,67 @@
+// The disk spool: what waits for PostgreSQL, the replay's progress,
+// quarantined files and warnings.
+import { api } from '../api.js';
+import { h, num, bytes, ago, stat } from '../dom.js';
+import { LiveChart } from '../chart.js';
+
+export function create(ctx) {
+  const cards = h('div', { class: 'stats', id: 'spool-stats' });
+  const progress = h('div', { id: 'spool-progress' });
+  const chartBox = h('div', { class: 'chart', id: 'spool-chart' });
+  const quarantined = h('div', { id: 'spool-quarantined' });
+  const warnings = h('div', { id: 'spool-warnings' });
+  const disabled = h('p', { class: 'empty', hidden: true, id: 'spool-disabled' }, 'This sidecar runs without a spool: a push fails while PostgreSQL is unreachable.');
+  const el = h('section', { 'aria-labelledby': 'page-title' },
+    h('h1', { id: 'page-title', tabindex: '-1' }, 'Spool'),
+    h('p', { class: 'muted' }, 'Pushes this sidecar kept on disk while PostgreSQL was unreachable, replayed oldest first once it answers again.'),
+    disabled,
+    cards,
+    progress,
+    h('section', { class: 'card', 'aria-labelledby': 'spool-chart-title' },
+      h('h2', { id: 'spool-chart-title' }, 'Spooled records'),
+      chartBox),
+    h('div', { class: 'columns' },
+      h('section', { class: 'card', 'aria-labelledby': 'quarantine-title' }, h('h2', { id: 'quarantine-title' }, 'Quarantined files'), quarantined),
+      h('section', { class: 'card', 'aria-labelledby': 'warnings-title' }, h('h2', { id: 'warnings-title' }, 'Warnings'), warnings)));
+  let chart = null;
+  let replayStart = null; // {replayed, records} when a replay was first seen
+
+  async function refresh() {
+    const s = await api('spool');
+    if (!ctx.live()) return;
+    disabled.hidden = s.enabled !== false;
+    cards.replaceChildren(
+      stat('Records', num(s.records), { dataset: { stat: 'records', value: s.records } }),
+      stat('Bytes', bytes(s.bytes), { dataset: { stat: 'bytes', value: s.bytes } }),
+      stat('Oldest', s.oldestAt ? ago(s.oldestAt) : 'none', { dataset: { stat: 'oldest' } }),
+      stat('Database', s.databaseUp ? h('span', { class: 'ok' }, 'up') : h('span', { class: 'bad' }, 'down'), { dataset: { stat: 'database' } }),
+      stat('Replaying', s.replaying ? h('span', { class: 'warn' }, 'yes') : 'no', { dataset: { stat: 'replaying' } }),
+      stat('Replayed', num(s.replayed), { dataset: { stat: 'replayed', value: s.replayed } }),
+      stat('Rejected', s.rejected ? h('span', { class: 'bad' }, num(s.rejected)) : '0', { dataset: { stat: 'rejected', value: s.rejected } }),
+    );
+    if (s.replaying) {
+      if (!replayStart) replayStart = { replayed: s.replayed, records: s.records };
+      const done = s.replayed - replayStart.replayed;
+      const total = Math.max(done + s.records, 1);
+      progress.replaceChildren(h('div', { class: 'card' },
+        h('label', { for: 'spool-replay-bar' }, `Replay: ${num(done)} replayed since this page saw it start, ${num(s.records)} left`),
+        h('progress', { id: 'spool-replay-bar', max: String(total), value: String(done) })));
+    } else {
+      replayStart = null;
+      progress.replaceChildren();
+    }
+    const q = s.quarantined || [];
+    quarantined.replaceChildren(q.length
+      ? h('ul', { class: 'plain' }, q.map((f) => h('li', null, h('code', null, f))))
+      : h('p', { class: 'muted' }, 'None.'));
+    const w = s.warnings || [];
+    warnings.replaceChildren(w.length
+      ? h('ul', { class: 'plain warnings' }, w.map((x) => h('li', null, x)))
+      : h('p', { class: 'muted' }, 'None.'));
+    if (!chart) chart = new LiveChart(chartBox, { label: 'Spooled records over time' });
+    chart.add(Date.now() / 1000, new Map([['records', s.records]]));
+    el.dataset.ready = 'true';
+  }
+
+  return { el, title: 'Spool', refresh, destroy: () => chart && chart.destroy() };
+}
