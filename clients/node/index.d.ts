@@ -308,6 +308,12 @@ export interface ConsumedMessage extends Message {
   complete(): void;
   /** Count it failed now: it and the rest of its lease come again. */
   fail(reason?: unknown): void;
+  /**
+   * With OpenTelemetry: the `@opentelemetry/api` Context in which this
+   * message's consumer span is active, for `context.with(msg.traceContext, ...)`.
+   * Undefined when `@opentelemetry/api` is not installed. Not enumerable.
+   */
+  readonly traceContext?: unknown;
 }
 
 export interface ConsumeTotals {

@@ -1,16 +1,16 @@
 // The operations of the protocol (PROTOCOL.md, section 4), one method each,
 // on top of a pipelined connection.
-import { readFileSync } from 'node:fs';
 import { Connection, openSocket } from './connection.js';
 import { consume } from './consume.js';
 import { wirePushItem } from './items.js';
 import { MessageIterator } from './message-iterator.js';
 import { defaultSocketPath } from './socket-path.js';
+import { withTraceContext } from './tracing.js';
+import { VERSION } from './version.js';
 
 export const PROTOCOL_VERSION = 1;
 
-const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
-export const CLIENT_NAME = `queenside-node/${version}`;
+export const CLIENT_NAME = `queenside-node/${VERSION}`;
 
 /** The options of a queue as the sidecar makes it (PROTOCOL.md, configure). */
 export const DEFAULT_QUEUE_OPTIONS = Object.freeze({
@@ -69,7 +69,7 @@ export class Client extends Connection {
 
   async push(items, options) {
     const [, call] = split(options);
-    const result = await this.call('push', { items: list(items).map(wirePushItem) }, call);
+    const result = await this.call('push', { items: withTraceContext(list(items)).map(wirePushItem) }, call);
     return result.results;
   }
 
@@ -104,7 +104,7 @@ export class Client extends Connection {
 
   transaction({ acks = [], pushes = [] } = {}, options) {
     const [, call] = split(options);
-    return this.call('transaction', { acks, pushes: pushes.map(wirePushItem) }, call);
+    return this.call('transaction', { acks, pushes: withTraceContext(pushes).map(wirePushItem) }, call);
   }
 
   configure(queue, options) {

@@ -18,6 +18,7 @@
 import { STOPPED, popUntilMessages } from './pop-loop.js';
 import { LeasedBatch } from './leased-batch.js';
 import { stopSignal } from './stop-signal.js';
+import { runInConsumerSpan } from './tracing.js';
 
 /**
  * @param {import('./client.js').Client} client
@@ -60,7 +61,7 @@ async function consumeLoop(client, queue, handler, options, stop, totals) {
     if (result === STOPPED) return;
     const batch = new LeasedBatch(client, result, options);
     try {
-      await handleBatch(batch, handler, stop);
+      await handleBatch(batch, handler, options.group, stop);
     } finally {
       const counts = await batch.settle();
       totals.completed += counts.completed;
@@ -69,11 +70,12 @@ async function consumeLoop(client, queue, handler, options, stop, totals) {
   }
 }
 
-async function handleBatch(batch, handler, stop) {
+async function handleBatch(batch, handler, group, stop) {
   for (let m = batch.nextMessage(); m !== undefined; m = batch.nextMessage()) {
     if (stop.aborted) return; // the rest is released by settle()
     try {
-      await handler(m, { signal: stop });
+      // With OpenTelemetry, the handler runs inside the message's span.
+      await runInConsumerSpan(m, group, () => handler(m, { signal: stop }));
       batch.complete(m);
     } catch (err) {
       // Interrupted by the stop rather than failed on its own: leave it

@@ -17,9 +17,16 @@
 //   either of the above.
 // Completions and failures are sent in one ack per pop, when its messages
 // are used up or the loop ends; leases are renewed meanwhile.
+//
+// With OpenTelemetry, each message has a consumer span from the moment it is
+// handed out until the loop leaves it (the next message, or the loop's
+// end), failed if the message was. An iterator cannot make it the active
+// span of the loop body; msg.traceContext is that span's context, for
+// `context.with(msg.traceContext, ...)`.
 import { STOPPED, popUntilMessages } from './pop-loop.js';
 import { LeasedBatch } from './leased-batch.js';
 import { stopSignal } from './stop-signal.js';
+import { startConsumerSpan } from './tracing.js';
 
 const LEFT_LOOP_REASON = 'the loop over messages ended while this message was in hand';
 
@@ -30,6 +37,7 @@ export class MessageIterator {
   #stop;
   #batch = null;
   #inHand = null;
+  #span; // of the message in hand, with OpenTelemetry
   #done = false;
   #totals = { completed: 0, failed: 0 };
 
@@ -60,6 +68,7 @@ export class MessageIterator {
       if (this.#inHand) {
         this.#batch.complete(this.#inHand);
         this.#inHand = null;
+        this.#endSpan();
       }
       for (;;) {
         // Stopping ends the loop between two messages; the rest of the
@@ -67,7 +76,8 @@ export class MessageIterator {
         if (this.#stop.signal.aborted) return await this.#finish();
         const message = this.#batch?.nextMessage();
         if (message) {
-          this.#inHand = this.#decorate(message);
+          this.#span = startConsumerSpan(message, this.#options.group);
+          this.#inHand = this.#decorate(message, this.#span);
           return { done: false, value: this.#inHand };
         }
         await this.#settleBatch();
@@ -85,6 +95,7 @@ export class MessageIterator {
   async return() {
     if (this.#inHand && !this.#batch.isSettled(this.#inHand)) {
       this.#batch.fail(this.#inHand, LEFT_LOOP_REASON);
+      this.#span?.fail(LEFT_LOOP_REASON);
     }
     return this.#finish();
   }
@@ -92,6 +103,7 @@ export class MessageIterator {
   async #finish() {
     this.#done = true;
     this.#inHand = null;
+    this.#endSpan();
     this.#stop.dispose();
     await this.#settleBatch();
     return { done: true, value: undefined };
@@ -106,13 +118,24 @@ export class MessageIterator {
     this.#totals.failed += counts.failed;
   }
 
-  // Adds complete() and fail() to a message, not enumerable so that the
-  // message still prints and serialises as plain data.
-  #decorate(message) {
+  #endSpan() {
+    this.#span?.end();
+    this.#span = undefined;
+  }
+
+  // Adds complete(), fail() and traceContext to a message, not enumerable
+  // so that the message still prints and serialises as plain data.
+  #decorate(message, span) {
     const batch = this.#batch;
     return Object.defineProperties(message, {
       complete: { value: () => batch.complete(message) },
-      fail: { value: (reason) => batch.fail(message, reason) },
+      fail: {
+        value: (reason) => {
+          if (!batch.isSettled(message)) span?.fail(reason);
+          batch.fail(message, reason);
+        },
+      },
+      traceContext: { value: span?.context },
     });
   }
 }

@@ -15,6 +15,7 @@ from .consume_batch import AsyncHandler, ConsumeStats, Settlement, split_by_leas
 from .errors import ConnectionClosedError, DrainingError, QueensideError
 from .results import PopResult
 from .stop_signals import STOP_SIGNALS
+from .tracing import consumer_span
 
 if TYPE_CHECKING:
     from .async_client import AsyncClient
@@ -170,18 +171,20 @@ class AsyncConsumer:
                     if self._stopping():
                         settlement.give_back(work.lease)
                         break
-                    try:
-                        outputs = self.handler(message)
-                        if inspect.isawaitable(outputs):
-                            outputs = await outputs
-                    except Exception as exc:
-                        log.info("queenside: handler failed on %s/%s@%d: %s", message.queue, message.partition, message.offset, exc)
-                        settlement.fail(message, exc)
-                        break
-                    except BaseException:
-                        settlement.give_back(work.lease)
-                        raise
-                    settlement.complete(message, outputs)
+                    with consumer_span(message, self.group) as span:
+                        try:
+                            outputs = self.handler(message)
+                            if inspect.isawaitable(outputs):
+                                outputs = await outputs
+                        except Exception as exc:
+                            span.fail(exc)
+                            log.info("queenside: handler failed on %s/%s@%d: %s", message.queue, message.partition, message.offset, exc)
+                            settlement.fail(message, exc)
+                            break
+                        except BaseException:
+                            settlement.give_back(work.lease)
+                            raise
+                        settlement.complete(message, outputs)
         finally:
             # Untracked first: the acks end the leases, and a renewal racing
             # them would only log a spurious lease_expired. A third of the

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Uni
 from .errors import ConflictError, QueensideError
 from .items import AckItem, PushItem
 from .results import Lease, Message, PopResult
+from .tracing import with_trace_context
 
 __all__ = ["Handler", "AsyncHandler", "LeaseWork", "split_by_lease", "Settlement", "ConsumeStats", "failure_reason"]
 
@@ -102,7 +103,9 @@ class Settlement:
     release: List[str] = field(default_factory=list)
 
     def complete(self, message: Message, outputs: Any) -> None:
-        items = forwarded_items(outputs)
+        # Called while the message's span is current, so that what the
+        # handler forwards carries that span's context, not the loop's.
+        items = with_trace_context(forwarded_items(outputs))
         self.completed.append(message.completed())
         self.pushes.extend(items)
 

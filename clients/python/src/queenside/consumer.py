@@ -17,6 +17,7 @@ from .errors import ConnectionClosedError, DrainingError, QueensideError
 from .lease_keeper import LeaseKeeper
 from .results import PopResult
 from .stop_signals import install_stop_signals
+from .tracing import consumer_span
 
 if TYPE_CHECKING:
     from .client import Client
@@ -169,16 +170,18 @@ class Consumer:
                     if self._stopping():
                         settlement.give_back(work.lease)
                         break
-                    try:
-                        outputs = self.handler(message)
-                    except Exception as exc:
-                        log.info("queenside: handler failed on %s/%s@%d: %s", message.queue, message.partition, message.offset, exc)
-                        settlement.fail(message, exc)
-                        break  # the rest of this lease comes again after the rewind
-                    except BaseException:
-                        settlement.give_back(work.lease)
-                        raise
-                    settlement.complete(message, outputs)
+                    with consumer_span(message, self.group) as span:
+                        try:
+                            outputs = self.handler(message)
+                        except Exception as exc:
+                            span.fail(exc)
+                            log.info("queenside: handler failed on %s/%s@%d: %s", message.queue, message.partition, message.offset, exc)
+                            settlement.fail(message, exc)
+                            break  # the rest of this lease comes again after the rewind
+                        except BaseException:
+                            settlement.give_back(work.lease)
+                            raise
+                        settlement.complete(message, outputs)
         finally:
             # Untracked first: the acks end the leases, and a renewal racing
             # them would only log a spurious lease_expired. A third of the

@@ -24,6 +24,7 @@ from .admin_results import (
 from .codec import time_arg
 from .items import AckItem, PushItem, QueueOptions
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
+from .tracing import with_trace_context
 
 __all__ = ["Op", "PROTOCOL_VERSION", "SeekTarget"]
 
@@ -63,7 +64,7 @@ def hello(client: str, protocol: int = PROTOCOL_VERSION) -> Op[HelloResult]:
 
 
 def push(items: Iterable[PushItem]) -> Op[List[PushResult]]:
-    wire = [item.to_wire() for item in items]
+    wire = [item.to_wire() for item in with_trace_context(items)]
     return Op("push", {"items": wire}, lambda r: [PushResult.from_wire(x) for x in r.get("results") or []])
 
 
@@ -120,7 +121,7 @@ def release(lease_ids: Iterable[str]) -> Op[List[LeaseResult]]:
 
 
 def transaction(acks: Iterable[AckItem] = (), pushes: Iterable[PushItem] = ()) -> Op[TransactionResult]:
-    args = {"acks": [a.to_wire() for a in acks], "pushes": [p.to_wire() for p in pushes]}
+    args = {"acks": [a.to_wire() for a in acks], "pushes": [p.to_wire() for p in with_trace_context(pushes)]}
     return Op("transaction", args, TransactionResult.from_wire)
 
 

@@ -1,0 +1,1 @@
+"""A stand-in for the opentelemetry-api package (see ../README.md)."""
