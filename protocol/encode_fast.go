@@ -89,7 +89,13 @@ func (it PushItem) EncodeMsgpack(e *msgpack.Encoder) error {
 // EncodeMsgpack writes r as a map: its messages, then its leases.
 func (r PopResult) EncodeMsgpack(e *msgpack.Encoder) error {
 	w := fieldWriter{e: e}
-	w.mapLen(2)
+	if r.Paused {
+		w.mapLen(3)
+		w.key("paused")
+		w.err(e.EncodeBool(true))
+	} else {
+		w.mapLen(2)
+	}
 	w.key("messages")
 	if w.arrayLen(len(r.Messages), r.Messages == nil) {
 		for i := range r.Messages {

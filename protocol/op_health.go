@@ -16,6 +16,9 @@ type HealthResult struct {
 	Spool         SpoolHealth    `msgpack:"spool" json:"spool"`
 	Version       string         `msgpack:"version" json:"version"`
 	UptimeSeconds float64        `msgpack:"uptimeSeconds" json:"uptimeSeconds"`
+	// Maintenance is the cluster's maintenance state as this sidecar
+	// applies it (revision 1.1); absent until it was read once.
+	Maintenance *MaintenanceState `msgpack:"maintenance,omitempty" json:"maintenance,omitempty"`
 }
 
 // DatabaseHealth is the outcome of a real round trip to PostgreSQL.

@@ -68,6 +68,9 @@ type Lease struct {
 type PopResult struct {
 	Messages []Message `msgpack:"messages"`
 	Leases   []Lease   `msgpack:"leases"`
+	// Paused is set when nothing was delivered because consumption is
+	// paused: the queue's, or the whole cluster's by maintenance.
+	Paused bool `msgpack:"paused,omitempty"`
 }
 
 // DecodePopArgs reads pop's arguments and fills in the defaults.

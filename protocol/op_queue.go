@@ -9,6 +9,9 @@ type QueueOptions struct {
 	RetentionSeconds          int `msgpack:"retentionSeconds" json:"retentionSeconds"`
 	CompletedRetentionSeconds int `msgpack:"completedRetentionSeconds" json:"completedRetentionSeconds"`
 	DelaySeconds              int `msgpack:"delaySeconds" json:"delaySeconds"`
+	// ConsumptionPaused stops every group's pops of the queue from
+	// delivering until it is false again (revision 1.1).
+	ConsumptionPaused bool `msgpack:"consumptionPaused,omitempty" json:"consumptionPaused"`
 }
 
 // DefaultQueueOptions are the options of a queue created by its first push.
@@ -95,6 +98,11 @@ func DecodeConfigureArgs(raw []byte) (ConfigureArgs, error) {
 			return readQueue(d, &a.Queue)
 		case "options":
 			return walkMapFrom(d, "options", func(d *dec, key string) error {
+				if key == "consumptionPaused" {
+					v, err := readBool(d, "options."+key)
+					a.Options.ConsumptionPaused = v
+					return err
+				}
 				target := a.Options.field(key)
 				if target == nil {
 					return skipField(d, key)

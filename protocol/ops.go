@@ -18,4 +18,5 @@ const (
 	OpDLQ         = "dlq"
 	OpDLQReplay   = "dlqReplay"
 	OpHealth      = "health"
+	OpMaintenance = "maintenance" // revision 1.1
 )

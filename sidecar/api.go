@@ -40,6 +40,8 @@ func (s *Server) routeDashboard(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/queues/{queue}", s.api(s.apiQueue))
 	mux.HandleFunc("GET /api/queues/{queue}/partitions", s.api(s.apiPartitions))
 	mux.HandleFunc("POST /api/queues/{queue}/seek", s.adminOnly(s.api(s.apiSeek)))
+	mux.HandleFunc("POST /api/queues/{queue}/pause", s.adminOnly(s.api(s.apiPause)))
+	mux.HandleFunc("POST /api/maintenance", s.adminOnly(s.api(s.apiMaintenance)))
 	mux.HandleFunc("GET /api/dlq", s.api(s.apiDLQ))
 	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.api(s.apiDLQReplay)))
 	mux.HandleFunc("GET /api/spool", s.apiSpool)
@@ -179,6 +181,41 @@ func (s *Server) apiDLQReplay(ctx context.Context, r *http.Request) (any, error)
 	return asJSON(v)
 }
 
+// apiPause pauses or resumes a queue's consumption, keeping its other
+// options: {paused: bool}.
+func (s *Server) apiPause(ctx context.Context, r *http.Request) (any, error) {
+	var body struct {
+		Paused *bool `json:"paused"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxAPIBody)).Decode(&body); err != nil || body.Paused == nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "body: want {\"paused\": true|false}")
+	}
+	queue := r.PathValue("queue")
+	q, _, err := s.store.QueueSummary(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	opts := q.Options
+	opts.ConsumptionPaused = *body.Paused
+	got, err := s.store.Configure(ctx, queue, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.refreshControl(ctx); err != nil {
+		s.log.Warn("a queue was paused or resumed, but the control state could not be read back", "error", err)
+	}
+	return map[string]any{"queue": queue, "options": got}, nil
+}
+
+// apiMaintenance changes the maintenance state: {push?: bool, pop?: bool}.
+func (s *Server) apiMaintenance(ctx context.Context, r *http.Request) (any, error) {
+	raw, err := bodyAsArgs(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s.opMaintenance(ctx, raw)
+}
+
 func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
 	q := r.URL.Query()
 	a := protocol.DLQArgs{Queue: q.Get("queue")}
@@ -254,6 +291,9 @@ func (s *Server) apiCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	res := map[string]any{"at": time.Now().UTC(), "database": db, "health": health,
 		"sidecarId": s.id, "sidecars": []any{}}
+	if m := s.control.maintenance(); m != nil {
+		res["maintenance"] = m
+	}
 	if health.Database.OK {
 		version, sidecars, err := s.store.SidecarSessions(ctx)
 		if err != nil {

@@ -258,6 +258,37 @@ func TestDashboardWritesNeedTheAdminToken(t *testing.T) {
 		t.Fatalf("a bad seek: %d %v", code, out)
 	}
 
+	// Pausing a queue and maintenance, with the token only.
+	if code, out := apiCall(t, srv, "POST", "/api/queues/d/pause", "", map[string]any{"paused": true}); code != 403 {
+		t.Fatalf("pause without the token: %d %v", code, out)
+	}
+	code, out = apiCall(t, srv, "POST", "/api/queues/d/pause", testAdminToken, map[string]any{"paused": true})
+	if opts, _ := out["options"].(map[string]any); code != 200 || opts["consumptionPaused"] != true || num(opts["retryLimit"]) != 0 {
+		t.Fatalf("pause: %d %v", code, out)
+	}
+	if res := mustPop(t, c, protocol.PopArgs{Queue: "d", Group: "h"}); len(res.Messages) != 0 || !res.Paused {
+		t.Fatalf("a pop of the paused queue: %+v", res)
+	}
+	if _, q := apiCall(t, srv, "GET", "/api/queues/d", "", nil); q["options"].(map[string]any)["consumptionPaused"] != true {
+		t.Fatalf("/api/queues/d while paused: %v", q)
+	}
+	apiCall(t, srv, "POST", "/api/queues/d/pause", testAdminToken, map[string]any{"paused": false})
+	if res := mustPop(t, c, protocol.PopArgs{Queue: "d", Group: "h"}); len(res.Messages) != 1 || res.Paused {
+		t.Fatalf("a pop of the resumed queue: %+v", res)
+	}
+	if code, out := apiCall(t, srv, "POST", "/api/maintenance", "", map[string]any{"pop": true}); code != 403 {
+		t.Fatalf("maintenance without the token: %d %v", code, out)
+	}
+	if code, out := apiCall(t, srv, "POST", "/api/maintenance", testAdminToken, map[string]any{"pop": true}); code != 200 || out["pop"] != true || out["push"] != false {
+		t.Fatalf("maintenance: %d %v", code, out)
+	}
+	if _, cl := apiCall(t, srv, "GET", "/api/cluster", "", nil); cl["maintenance"].(map[string]any)["pop"] != true {
+		t.Fatalf("/api/cluster during maintenance: %v", cl["maintenance"])
+	}
+	if code, out := apiCall(t, srv, "POST", "/api/maintenance", testAdminToken, map[string]any{"pop": false}); code != 200 || out["pop"] != false {
+		t.Fatalf("maintenance off: %d %v", code, out)
+	}
+
 	// A sidecar without a token refuses every write.
 	open := startSidecar(t, ts.dbURL, Options{})
 	osrv := httptest.NewServer(open.srv.HTTPHandler())

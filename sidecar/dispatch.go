@@ -42,6 +42,7 @@ func (s *Server) operations() map[string]opSpec {
 		protocol.OpDLQ:         {fn: s.opDLQ},
 		protocol.OpDLQReplay:   {fn: s.opDLQReplay},
 		protocol.OpTransaction: {fn: s.opTransaction},
+		protocol.OpMaintenance: {fn: s.opMaintenance},
 	}
 }
 

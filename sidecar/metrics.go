@@ -62,6 +62,19 @@ func newMetrics(s *Server) *metrics {
 		}),
 		gauge("queenside_requests_in_flight", "Requests being served.", func() float64 { return float64(s.active.Load()) }),
 		gauge("queenside_draining", "1 once shutdown has begun.", func() float64 { return boolFloat(s.draining.Load()) }),
+		gauge("queenside_maintenance_push", "1 while push maintenance is on: pushes are spooled, not stored.", func() float64 {
+			return boolFloat(s.control.pushMaintenance())
+		}),
+		gauge("queenside_maintenance_pop", "1 while pop maintenance is on: pops deliver nothing.", func() float64 {
+			m := s.control.maintenance()
+			return boolFloat(m != nil && m.Pop)
+		}),
+		gauge("queenside_paused_queues", "Queues whose consumption is paused.", func() float64 {
+			if st := s.control.state.Load(); st != nil {
+				return float64(len(st.Paused))
+			}
+			return 0
+		}),
 	)
 	if s.buffer != nil {
 		b := s.buffer

@@ -23,6 +23,11 @@ func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 		until = waitUntil(ctx, time.Duration(a.WaitMs)*time.Millisecond)
 	}
 	ctx, span := telemetry.StartPop(ctx, a)
+	if !s.waitWhilePaused(ctx, a.Queue, until) {
+		res := protocol.PopResult{Messages: []protocol.Message{}, Leases: []protocol.Lease{}, Paused: true}
+		telemetry.EndPop(span, res, nil)
+		return res, nil
+	}
 	res, err := s.pops.pop(ctx, req, until)
 	telemetry.EndPop(span, res, err)
 	if err != nil {

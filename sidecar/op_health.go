@@ -38,6 +38,7 @@ func (s *Server) Health(ctx context.Context) protocol.HealthResult {
 	if s.draining.Load() {
 		h.Status = protocol.HealthDraining
 	}
+	h.Maintenance = s.control.maintenance()
 	if s.buffer != nil {
 		b := s.buffer.Stats()
 		h.Spool = protocol.SpoolHealth{Records: int64(b.Records), Bytes: b.Bytes, Replaying: b.Replaying, Warnings: b.Warnings}

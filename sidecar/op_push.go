@@ -55,6 +55,14 @@ func (s *Server) push(ctx context.Context, args protocol.PushArgs) (protocol.Pus
 	if len(msgs) == 0 {
 		return protocol.PushReply{Results: results}, nil
 	}
+	if s.control.pushMaintenance() {
+		if s.buffer == nil {
+			return protocol.PushReply{}, protocol.Errorf(protocol.CodeUnavailable,
+				"push maintenance is on and this sidecar has no spool to hold the push")
+		}
+		s.spool(ctx, msgs, positions, results)
+		return protocol.PushReply{Results: results}, nil
+	}
 	if s.buffer == nil {
 		if !s.ready.Load() {
 			return protocol.PushReply{}, protocol.Errorf(protocol.CodeUnavailable, "the database schema is not ready yet")

@@ -15,6 +15,11 @@ func (s *Server) opConfigure(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A pause or resume applies here before the answer; elsewhere on the
+	// notification.
+	if err := s.refreshControl(ctx); err != nil {
+		s.log.Warn("a queue was configured, but the control state could not be read back", "error", err)
+	}
 	return protocol.ConfigureResult{Queue: args.Queue, Options: opts}, nil
 }
 

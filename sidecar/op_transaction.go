@@ -17,6 +17,10 @@ func (s *Server) opTransaction(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.control.pushMaintenance() {
+		// A transaction is never spooled: its acks and pushes commit together.
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "push maintenance is on: transactions wait until it ends")
+	}
 	ctx, span := telemetry.StartTransaction(ctx, args.Acks, args.Pushes)
 	res, err := s.transaction(ctx, args)
 	telemetry.End(span, err)

@@ -110,7 +110,8 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		defer close(replayDone)
 		if buf != nil {
-			buf.Run(replayCtx, srv.Ready)
+			// Replay waits for the schema, and for push maintenance to end.
+			buf.Run(replayCtx, func() bool { return srv.Ready() && !srv.control.pushMaintenance() })
 		}
 	}()
 	// Migrating, then the janitor, which needs the migrated schema. Both
@@ -122,6 +123,11 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(backgroundDone)
 		if err := migrateUntilDone(background, st, log); err != nil {
 			errc <- err
+			return
+		}
+		// The control state is read before the first push reaches the
+		// database: a sidecar started during push maintenance spools.
+		if err := readControlUntilDone(background, srv, log); err != nil {
 			return
 		}
 		srv.SetReady()
@@ -210,5 +216,26 @@ func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger) er
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// readControlUntilDone reads the control state, retrying while the
+// database cannot be reached, until ctx ends.
+func readControlUntilDone(ctx context.Context, srv *Server, log hclog.Logger) error {
+	backoff := 250 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := srv.refreshControl(rctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn("could not read the maintenance state; retrying", "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }

@@ -61,6 +61,7 @@ type Server struct {
 	draining atomic.Bool
 	drained  chan struct{} // closed when draining begins: ends long-polls
 	wakes    *wakeHub
+	control  *control // maintenance and paused queues, as this sidecar applies them
 	pops     *popHub
 	active   atomic.Int64 // requests being served, across connections
 	// lastRequest is when a request was last read (Unix nanoseconds): a
@@ -101,18 +102,25 @@ func New(st *store.Store, opts Options) *Server {
 		conns:     make(map[*conn]struct{}),
 		drained:   make(chan struct{}),
 		wakes:     newWakeHub(),
+		control:   newControl(),
 	}
 	s.pops = newPopHub(s)
 	s.ops = s.operations()
 	s.metrics = newMetrics(s)
 	st.OnLocalPush(s.wakes.wake)
-	go st.Listen(ctx, s.wakes.wake, s.wakes.wakeAll)
+	// Notifications missed while the listener was away are made up for:
+	// every waiter looks again, and so does the control state.
+	go st.Listen(ctx, s.onWake, func() { s.wakes.wakeAll(); s.control.nudge() })
+	go s.runControl(ctx)
 	return s
 }
 
 // SetReady marks the schema as migrated: operations that need the database
 // are served from now on.
-func (s *Server) SetReady() { s.ready.Store(true) }
+func (s *Server) SetReady() {
+	s.ready.Store(true)
+	s.control.nudge()
+}
 
 // Ready reports whether the schema is migrated.
 func (s *Server) Ready() bool { return s.ready.Load() }

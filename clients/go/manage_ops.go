@@ -80,3 +80,20 @@ func (c *Client) Transaction(ctx context.Context, acks []AckItem, pushes []PushI
 	err := c.Call(ctx, protocol.OpTransaction, protocol.TransactionArgs{Acks: acks, Pushes: withTraceContext(ctx, pushes)}, &res)
 	return res, err
 }
+
+// Maintenance reads the cluster's maintenance state when push and pop are
+// both nil, or changes it: a nil one keeps its value. With push on, every
+// sidecar on the database spools pushes (answered buffered) instead of
+// storing them; with pop on, pops deliver nothing and answer Paused.
+func (c *Client) Maintenance(ctx context.Context, push, pop *bool) (protocol.MaintenanceState, error) {
+	args := map[string]bool{}
+	if push != nil {
+		args["push"] = *push
+	}
+	if pop != nil {
+		args["pop"] = *pop
+	}
+	var res protocol.MaintenanceState
+	err := c.Call(ctx, protocol.OpMaintenance, args, &res)
+	return res, err
+}

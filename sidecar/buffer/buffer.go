@@ -131,6 +131,10 @@ func (b *Buffer) Add(msgs []store.Message) error {
 	return nil
 }
 
+// Wake asks the replayer to look at the spool now rather than at its next
+// tick: say, when maintenance that spooled pushes ends.
+func (b *Buffer) Wake() { b.wake() }
+
 func (b *Buffer) wake() {
 	select {
 	case b.kick <- struct{}{}:

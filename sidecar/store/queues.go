@@ -14,31 +14,39 @@ import (
 var ErrQueueNotFound = errors.New("store: queue not found")
 
 const optionColumns = `lease_seconds, retry_limit, dedup_window_seconds,
-	retention_seconds, completed_retention_seconds, delay_seconds`
+	retention_seconds, completed_retention_seconds, delay_seconds, consumption_paused`
 
 func scanOptions(o *protocol.QueueOptions) []any {
 	return []any{&o.LeaseSeconds, &o.RetryLimit, &o.DedupWindowSeconds,
-		&o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.DelaySeconds}
+		&o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.DelaySeconds, &o.ConsumptionPaused}
 }
 
 // Configure replaces every option of a queue, creating it if needed, and
-// returns the options now in force.
+// returns the options now in force. A change of consumptionPaused is
+// announced to every sidecar (ControlPayload), in the same transaction.
 func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOptions) (protocol.QueueOptions, error) {
 	var got protocol.QueueOptions
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO queenside.queues (name, `+optionColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		ON CONFLICT (name) DO UPDATE SET
-			lease_seconds = excluded.lease_seconds,
-			retry_limit = excluded.retry_limit,
-			dedup_window_seconds = excluded.dedup_window_seconds,
-			retention_seconds = excluded.retention_seconds,
-			completed_retention_seconds = excluded.completed_retention_seconds,
-			delay_seconds = excluded.delay_seconds
-		RETURNING `+optionColumns,
+		WITH before AS (SELECT consumption_paused FROM queenside.queues WHERE name = $1),
+		done AS (
+			INSERT INTO queenside.queues (name, `+optionColumns+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			ON CONFLICT (name) DO UPDATE SET
+				lease_seconds = excluded.lease_seconds,
+				retry_limit = excluded.retry_limit,
+				dedup_window_seconds = excluded.dedup_window_seconds,
+				retention_seconds = excluded.retention_seconds,
+				completed_retention_seconds = excluded.completed_retention_seconds,
+				delay_seconds = excluded.delay_seconds,
+				consumption_paused = excluded.consumption_paused
+			RETURNING `+optionColumns+`)
+		SELECT `+optionColumns+`,
+		       (SELECT count(*) FROM (SELECT pg_notify('`+WakeChannel+`', '`+ControlPayload+`')
+		                               WHERE coalesce((SELECT consumption_paused FROM before), false) <> $8) n)
+		  FROM done`,
 		queue, o.LeaseSeconds, o.RetryLimit, o.DedupWindowSeconds,
-		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds,
-	).Scan(scanOptions(&got)...)
+		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, o.ConsumptionPaused,
+	).Scan(append(scanOptions(&got), new(int64))...)
 	if err != nil {
 		return got, fmt.Errorf("configure %s: %w", queue, err)
 	}

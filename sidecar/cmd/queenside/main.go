@@ -30,6 +30,7 @@ func main() {
 			seekCommand(),
 			dlqCommand(),
 			healthCommand(),
+			maintenanceCommand(),
 			benchCommand(),
 			verifyCommand(),
 		},

@@ -30,11 +30,15 @@ func queuesCommand() *cli.Command {
 				return printJSON(map[string]any{"queues": qs})
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "QUEUE\tPARTITIONS\tLEASE S\tRETRIES\tDEDUP S\tRETENTION S\tCOMPLETED RETENTION S\tDELAY S")
+			fmt.Fprintln(tw, "QUEUE\tPARTITIONS\tLEASE S\tRETRIES\tDEDUP S\tRETENTION S\tCOMPLETED RETENTION S\tDELAY S\tCONSUMPTION")
 			for _, q := range qs {
 				o := q.Options
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", q.Queue, q.Partitions, o.LeaseSeconds, o.RetryLimit,
-					o.DedupWindowSeconds, o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds)
+				consumption := "on"
+				if o.ConsumptionPaused {
+					consumption = "paused"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Queue, q.Partitions, o.LeaseSeconds, o.RetryLimit,
+					o.DedupWindowSeconds, o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, consumption)
 			}
 			return tw.Flush()
 		},
@@ -51,6 +55,9 @@ func configureCommand() *cli.Command {
 	for _, o := range options {
 		flags = append(flags, &cli.IntFlag{Name: o, Usage: "set " + o + " (unchanged when not given)"})
 	}
+	flags = append(flags,
+		&cli.BoolFlag{Name: "pause", Usage: "pause the queue's consumption: no group's pop delivers it until --resume"},
+		&cli.BoolFlag{Name: "resume", Usage: "resume a paused queue's consumption"})
 	return &cli.Command{
 		Name:      "configure",
 		Usage:     "set a queue's options, creating the queue if needed; options not given keep their value",
@@ -82,6 +89,14 @@ func configureCommand() *cli.Command {
 					*dst = c.Int(name)
 				}
 			}
+			switch {
+			case c.Bool("pause") && c.Bool("resume"):
+				return exitError("configure: --pause and --resume say the opposite")
+			case c.Bool("pause"):
+				opts.ConsumptionPaused = true
+			case c.Bool("resume"):
+				opts.ConsumptionPaused = false
+			}
 			got, err := cl.Configure(ctx, queue, opts)
 			if err != nil {
 				return exitError("configure: %v", err)
@@ -89,9 +104,13 @@ func configureCommand() *cli.Command {
 			if c.Bool("json") {
 				return printJSON(map[string]any{"queue": queue, "options": got})
 			}
-			fmt.Printf("queue %s: lease %d s, %d retries, dedup window %d s, retention %d s, completed retention %d s, delay %d s\n",
+			paused := ""
+			if got.ConsumptionPaused {
+				paused = ", consumption paused"
+			}
+			fmt.Printf("queue %s: lease %d s, %d retries, dedup window %d s, retention %d s, completed retention %d s, delay %d s%s\n",
 				queue, got.LeaseSeconds, got.RetryLimit, got.DedupWindowSeconds, got.RetentionSeconds,
-				got.CompletedRetentionSeconds, got.DelaySeconds)
+				got.CompletedRetentionSeconds, got.DelaySeconds, paused)
 			return nil
 		},
 	}

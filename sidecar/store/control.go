@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// ControlPayload on WakeChannel says that the cluster's control state (the
+// maintenance state, or a queue's consumptionPaused) changed. It cannot be a
+// queue's name: "!" is not allowed in one.
+const ControlPayload = "!control"
+
+// Control is the cluster-wide state every sidecar applies: maintenance, and
+// the queues whose consumption is paused.
+type Control struct {
+	Maintenance protocol.MaintenanceState
+	Paused      map[string]bool
+}
+
+// ReadControl reads the control state in one round trip.
+func (s *Store) ReadControl(ctx context.Context) (Control, error) {
+	c := Control{Paused: map[string]bool{}}
+	var paused []string
+	err := s.pool.QueryRow(ctx, `
+		SELECT m.push, m.pop, m.push_since, m.pop_since,
+		       coalesce((SELECT array_agg(q.name) FROM queenside.queues q WHERE q.consumption_paused), '{}')
+		  FROM queenside.maintenance m`).Scan(&c.Maintenance.Push, &c.Maintenance.Pop,
+		&c.Maintenance.PushSince, &c.Maintenance.PopSince, &paused)
+	if err != nil {
+		return c, fmt.Errorf("read the control state: %w", err)
+	}
+	for _, q := range paused {
+		c.Paused[q] = true
+	}
+	return c, nil
+}
+
+// SetMaintenance changes the maintenance state (a nil field keeps its
+// value) and announces it to every sidecar in the same transaction. A
+// state turned on keeps the time it was first turned on.
+func (s *Store) SetMaintenance(ctx context.Context, push, pop *bool) (protocol.MaintenanceState, error) {
+	var m protocol.MaintenanceState
+	err := s.pool.QueryRow(ctx, `
+		WITH done AS (
+			UPDATE queenside.maintenance SET
+				push = coalesce($1, push),
+				pop = coalesce($2, pop),
+				push_since = CASE WHEN coalesce($1, push) THEN coalesce(push_since, now()) END,
+				pop_since = CASE WHEN coalesce($2, pop) THEN coalesce(pop_since, now()) END
+			RETURNING push, pop, push_since, pop_since)
+		SELECT push, pop, push_since, pop_since,
+		       (SELECT count(*) FROM (SELECT pg_notify('`+WakeChannel+`', '`+ControlPayload+`')) n)
+		  FROM done`, push, pop).Scan(&m.Push, &m.Pop, &m.PushSince, &m.PopSince, new(int64))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, errors.New("set maintenance: the maintenance row is missing")
+	}
+	if err != nil {
+		return m, fmt.Errorf("set maintenance: %w", err)
+	}
+	return m, nil
+}
