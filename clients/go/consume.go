@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/queenside/queenside/protocol"
 )
 
 // Handler processes one message. Returning an error nacks it: the message
@@ -24,6 +26,25 @@ type ConsumeOptions struct {
 	// RenewEvery is how often leases are renewed while handlers run;
 	// default a third of the lease time.
 	RenewEvery time.Duration
+
+	// AckAsync sends the acks of completed messages in the background
+	// while the next pop is already in flight, instead of waiting for each
+	// batch's ack before popping again. At most one ack call is in flight;
+	// what completes meanwhile is merged into the next call, so one call
+	// may carry the items of several batches and leases. Leases are
+	// renewed until their ack is answered. A batch with a handler failure
+	// (a nack) or leases to release still waits for every pending ack,
+	// its own included, before the loop pops again, so the rewind and the
+	// release come after the acks, as without AckAsync. Stopping waits
+	// for the pending acks, then releases what is left.
+	AckAsync bool
+	// OnAckError receives each failed asynchronous ack, as an *AckError
+	// (refused items, or the ack call's error): the cursor did not move
+	// for those items and their messages will be delivered again. It is
+	// called from a goroutine of the consumer, one call at a time, and
+	// should return quickly. When nil, a failed ack ends Consume, which
+	// returns the *AckError once the pending acks were sent.
+	OnAckError func(error)
 }
 
 func (o *ConsumeOptions) defaults() {
@@ -49,12 +70,31 @@ const settleTimeout = 10 * time.Second
 // ends, the message in hand is finished, what completed is acked, and the
 // rest of the leases is released so that other consumers get it at once.
 // Consume returns nil after a clean stop, or the error that ended it.
-func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts ConsumeOptions) error {
+// With opts.AckAsync, acks go in the background (see ConsumeOptions), and
+// Consume returns only once every pending ack was answered.
+func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts ConsumeOptions) (err error) {
 	opts.defaults()
+	var ack *acker
+	if opts.AckAsync {
+		ack = newAcker(c, opts.OnAckError)
+		defer func() {
+			ack.wait()
+			if aerr := ack.takeErr(); err == nil && aerr != nil {
+				err = aerr
+			}
+		}()
+	}
 	for ctx.Err() == nil {
+		waitMs := opts.WaitMs
+		if ack != nil && ack.busy() {
+			// Our own pending acks may hold every partition there is, and
+			// a lease ended by an ack wakes no waiting pop: look without
+			// waiting, and wait for the acks if nothing came.
+			waitMs = 0
+		}
 		res, err := c.Pop(ctx, PopArgs{
 			Queue: queue, Group: opts.Group, Partition: opts.Partition, Batch: opts.Batch,
-			Partitions: opts.Partitions, WaitMs: opts.WaitMs, LeaseSeconds: opts.LeaseSeconds,
+			Partitions: opts.Partitions, WaitMs: waitMs, LeaseSeconds: opts.LeaseSeconds,
 		})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -67,20 +107,36 @@ func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts Cons
 			}
 			return fmt.Errorf("queenside: consume %s: %w", queue, err)
 		}
-		if err := c.handleBatch(ctx, res, h, opts); err != nil {
+		if ack != nil && len(res.Leases) == 0 && waitMs != opts.WaitMs {
+			ack.wait()
+			continue
+		}
+		if err := c.handleBatch(ctx, res, h, opts, ack); err != nil {
 			return err
+		}
+		if ack != nil && opts.OnAckError == nil {
+			if err := ack.takeErr(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// handleBatch runs h over one pop's messages, lease by lease.
-func (c *Client) handleBatch(ctx context.Context, res PopResult, h Handler, opts ConsumeOptions) error {
+// handleBatch runs h over one pop's messages, lease by lease. With ack
+// (AckAsync), the acks of a batch that only completed messages are left to
+// it, and so is stopping the renewals of its leases.
+func (c *Client) handleBatch(ctx context.Context, res PopResult, h Handler, opts ConsumeOptions, ack *acker) error {
 	if len(res.Leases) == 0 {
 		return nil
 	}
 	stopRenew := c.keepRenewing(res.Leases, opts)
-	defer stopRenew()
+	renewing := true
+	defer func() {
+		if renewing {
+			stopRenew()
+		}
+	}()
 
 	byLease := map[string][]Message{}
 	for _, m := range res.Messages {
@@ -108,6 +164,22 @@ func (c *Client) handleBatch(ctx context.Context, res PopResult, h Handler, opts
 			}
 			break // the rest of this span comes again after the rewind
 		}
+	}
+	if ack != nil {
+		failed := false
+		for _, a := range acks {
+			failed = failed || a.Status == protocol.AckFailed
+		}
+		if !failed && len(release) == 0 {
+			renewing = false
+			ack.add(acks, stopRenew)
+			return nil
+		}
+		// A failure or a release: every pending ack goes first, so that
+		// none is refused because its lease was released or rewound.
+		ack.add(acks, nil)
+		ack.wait()
+		acks = nil
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()

@@ -299,6 +299,27 @@ export type MessagesOptions = ConsumerOptions;
 export interface ConsumeOptions extends ConsumerOptions {
   /** Pop loops run at once, each holding its own partitions; default 1. */
   concurrency?: number;
+  /**
+   * Send the acks of batches whose messages all completed in the background,
+   * while the next pop is in flight; at most one ack call is in flight and
+   * what completes meanwhile is merged into the next. A batch with a failure
+   * or a release is settled before the next pop, as without it. Default false.
+   */
+  ackAsync?: boolean;
+  /**
+   * With ackAsync, receives each failed ack (refused items, or a call that
+   * failed): those messages will be delivered again. Without it, a failed
+   * ack ends consume(), which rejects with the AckError.
+   */
+  onAckError?: (error: AckError) => void;
+}
+
+/** Ack items that did not succeed (consume() with ackAsync): the cursor did not move for them. */
+export declare class AckError extends Error {
+  /** The ack items that did not succeed. */
+  readonly items: AckItem[];
+  /** Per item, the sidecar's code (lease_expired, not_in_lease...); undefined when the call itself failed (see cause). */
+  readonly codes?: string[];
 }
 
 /** A message from client.messages(), which can be settled explicitly. */

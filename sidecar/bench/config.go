@@ -30,6 +30,8 @@ const (
 	ScenarioSoak       = "soak"
 	ScenarioSpool      = "spool"
 	ScenarioReplay     = "replay"
+	ScenarioConsume    = "consume"
+	ScenarioAckAsync   = "ackasync"
 )
 
 // Scenarios returns the scenarios a run does by default, in the order Run
@@ -41,13 +43,17 @@ func Scenarios() []string {
 
 // allScenarios is every scenario, in the order Run runs them.
 func allScenarios() []string {
-	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioMixed, ScenarioCurve, ScenarioIdle,
-		ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioFloor, ScenarioSoak, ScenarioSpool, ScenarioReplay}
+	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioConsume, ScenarioAckAsync, ScenarioMixed,
+		ScenarioCurve, ScenarioIdle, ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioFloor, ScenarioSoak,
+		ScenarioSpool, ScenarioReplay}
 }
 
 // onRequest names the scenarios that run only when named: soak takes
-// minutes, not seconds.
-func onRequest(name string) bool { return name == ScenarioSoak }
+// minutes, not seconds; consume and ackasync compare the Go client's
+// consume loop with and without AckAsync (consumeloop.go).
+func onRequest(name string) bool {
+	return name == ScenarioSoak || name == ScenarioConsume || name == ScenarioAckAsync
+}
 
 // stopsPostgres names the scenarios that stop and restart PostgreSQL: they
 // run last, and only against the PostgreSQL the bench started itself.

@@ -50,6 +50,8 @@ var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioSoak:       (*bench).scenarioSoak,
 	ScenarioSpool:      (*bench).scenarioSpool,
 	ScenarioReplay:     (*bench).scenarioReplay,
+	ScenarioConsume:    (*bench).scenarioConsume,
+	ScenarioAckAsync:   (*bench).scenarioAckAsync,
 }
 
 // Run sets up what cfg asks for, runs the selected scenarios, prints a line

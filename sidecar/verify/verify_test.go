@@ -35,7 +35,10 @@ func TestVerifyWithFaults(t *testing.T) {
 	cfg.Rate = 100
 	cfg.Duration = 30 * time.Second
 	cfg.LeaseSeconds = 4
-	cfg.Faults = "sidecar-kill@4s,pg-restart@8s,sidecar-term@15s,pg-failover@17s,consumer-kill@19s,lease-expiry@23s"
+	// Faults run one after the other. The consumer's come first: they need
+	// traffic to act on, and a failover (which waits for the old primary to
+	// be rewound) can outlast the 30 s of traffic on a loaded machine.
+	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,pg-failover@21s"
 	cfg.PGDown = 3 * time.Second
 	cfg.SidecarDown = time.Second
 	cfg.DrainTimeout = time.Minute

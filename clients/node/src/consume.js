@@ -15,6 +15,15 @@
 // lets the handler in progress finish, acks what was done, and releases the
 // rest so that another consumer gets it at once. A handler that throws
 // because it was stopped is not charged.
+//
+// With `ackAsync: true`, a batch whose messages all completed does not wait
+// for its ack: the ack goes in the background (ack-batcher.js) while the
+// loop pops again, merged with whatever else completed meanwhile. A batch
+// with a failure or a release is settled before the next pop, as without
+// it. A failed ack goes to `onAckError` as an AckError; without that
+// callback it ends consume(), which rejects with it. consume() resolves or
+// rejects only once every pending ack was answered.
+import { AckBatcher } from './ack-batcher.js';
 import { STOPPED, popUntilMessages } from './pop-loop.js';
 import { LeasedBatch } from './leased-batch.js';
 import { stopSignal } from './stop-signal.js';
@@ -38,36 +47,49 @@ export async function consume(client, queue, handler, options = {}) {
   const stop = stopSignal(options, failure.signal);
   const totals = { completed: 0, failed: 0 };
   let firstError;
+  const fail = (err) => {
+    firstError ??= err;
+    failure.abort(err);
+  };
+  const acker = options.ackAsync ? new AckBatcher(client, { onAckError: options.onAckError, fail, totals }) : undefined;
   const loop = async () => {
     try {
-      await consumeLoop(client, queue, handler, options, stop.signal, totals);
+      await consumeLoop(client, queue, handler, options, stop.signal, totals, acker);
     } catch (err) {
-      firstError ??= err;
-      failure.abort(err);
+      fail(err);
     }
   };
   try {
     await Promise.all(Array.from({ length: concurrency }, loop));
   } finally {
+    await acker?.wait(); // the loops have ended: this is every pending ack
     stop.dispose();
   }
   if (firstError !== undefined) throw firstError;
   return totals;
 }
 
-async function consumeLoop(client, queue, handler, options, stop, totals) {
+async function consumeLoop(client, queue, handler, options, stop, totals, acker) {
   for (;;) {
-    const result = await popUntilMessages(client, queue, options, stop);
+    const result = await popUntilMessages(client, queue, options, stop, acker);
     if (result === STOPPED) return;
     const batch = new LeasedBatch(client, result, options);
     try {
       await handleBatch(batch, handler, options.group, stop);
-    } finally {
-      const counts = await batch.settle();
-      totals.completed += counts.completed;
-      totals.failed += counts.failed;
+    } catch (err) {
+      await settle(batch, totals);
+      throw err;
     }
+    // The acker counts what the sidecar recorded once it answers.
+    if (acker && batch.handOff(acker)) continue;
+    await settle(batch, totals);
   }
+}
+
+async function settle(batch, totals) {
+  const counts = await batch.settle();
+  totals.completed += counts.completed;
+  totals.failed += counts.failed;
 }
 
 async function handleBatch(batch, handler, group, stop) {

@@ -1,6 +1,7 @@
 // queenside: the Node client of the queenside sidecar.
 export { Client, connect, CLIENT_NAME, DEFAULT_QUEUE_OPTIONS, PROTOCOL_VERSION } from './client.js';
 export { MessageIterator } from './message-iterator.js';
+export { AckError } from './ack-batcher.js';
 export { completed, failed } from './items.js';
 export { stableTransactionId } from './transaction-id.js';
 export { defaultSocketPath, DEFAULT_SOCKET, DEV_SOCKET } from './socket-path.js';

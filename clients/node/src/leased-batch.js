@@ -61,6 +61,21 @@ export class LeasedBatch {
   }
 
   /**
+   * With ackAsync: when every message of the batch completed, hands the
+   * acks to acker and returns true; the leases are renewed until the ack
+   * is answered. Otherwise returns false, and settle() must be called: a
+   * failure or a release is settled before the next pop, as without
+   * ackAsync, which keeps the rewind and the release after the acks.
+   * @param {import('./ack-batcher.js').AckBatcher} acker
+   */
+  handOff(acker) {
+    if (this.#acks.length === 0 || this.#failedLeases.size > 0) return false;
+    if (this.#messages.some((m) => !this.#settled.has(m))) return false;
+    acker.add(this.#acks, this.#stopRenewing);
+    return true;
+  }
+
+  /**
    * Ends the batch: stops renewing, acks what was completed or failed, and
    * releases every lease that still holds messages neither completed nor
    * failed (a consumer that stops early), so that they go to another

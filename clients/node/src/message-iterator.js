@@ -47,6 +47,9 @@ export class MessageIterator {
    * @param {import('../index.js').MessagesOptions} options
    */
   constructor(client, queue, options = {}) {
+    // Its acks already wait for the loop to ask for the next batch; the
+    // background acks of ackAsync are consume()'s.
+    if (options.ackAsync) throw new TypeError('ackAsync is an option of consume(), not of messages()');
     this.#client = client;
     this.#queue = queue;
     this.#options = options;

@@ -17,9 +17,10 @@ const MAX_BACKOFF_MS = 5000;
  * @param {string} queue
  * @param {import('../index.js').ConsumerOptions} options
  * @param {AbortSignal} stop
+ * @param {import('./ack-batcher.js').AckBatcher} [acker] with ackAsync, the acks still pending
  * @returns {Promise<{messages: any[], leases: any[]} | typeof STOPPED>}
  */
-export async function popUntilMessages(client, queue, options, stop) {
+export async function popUntilMessages(client, queue, options, stop, acker) {
   const args = {
     group: options.group,
     partition: options.partition,
@@ -33,10 +34,15 @@ export async function popUntilMessages(client, queue, options, stop) {
   };
   let backoff = FIRST_BACKOFF_MS;
   while (!stop.aborted) {
+    // Pending acks hold their leases' partitions, and a lease ended by an
+    // ack wakes no waiting pop: look without waiting then, and wait for
+    // those acks if nothing came.
+    const acksPending = acker?.busy ?? false;
     try {
-      const result = await client.pop(queue, args);
+      const result = await client.pop(queue, acksPending ? { ...args, waitMs: 0 } : args);
       if (result.leases.length > 0) return result;
       backoff = FIRST_BACKOFF_MS;
+      if (acksPending) await acker.wait();
     } catch (err) {
       if (stop.aborted) break;
       // A closed client cannot get better by waiting; nor can a request the

@@ -21,6 +21,7 @@ from .admin_results import (
     StatsResult,
 )
 from .async_client import AsyncClient
+from .ack_batcher import AckError
 from .async_consumer import AsyncConsumer
 from .client import Client
 from .codec import Raw
@@ -70,6 +71,7 @@ __all__ = [
     "Consumer",
     "AsyncConsumer",
     "ConsumeStats",
+    "AckError",
     "PushItem",
     "AckItem",
     "QueueOptions",

@@ -10,6 +10,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
 
+from .ack_batcher import AckErrorHandler, AsyncAckBatcher
 from .async_lease_keeper import AsyncLeaseKeeper
 from .consume_batch import AsyncHandler, ConsumeStats, Settlement, split_by_lease
 from .errors import ConnectionClosedError, DrainingError, QueensideError
@@ -31,7 +32,8 @@ class AsyncConsumer:
     The handler may be a coroutine function or a plain function (which then
     runs on the event loop, so it must not block). ``concurrency`` tasks each
     pop and handle their own batches. Everything else, guarantees included,
-    is as for ``Consumer``.
+    is as for ``Consumer``; with ``ack_async=True`` the acks are sent by a
+    task of their own, and ``on_ack_error`` is called on the event loop.
     """
 
     def __init__(
@@ -53,6 +55,8 @@ class AsyncConsumer:
         stop: Optional[asyncio.Event] = None,
         handle_signals: bool = True,
         retry_delay: float = 0.5,
+        ack_async: bool = False,
+        on_ack_error: Optional[AckErrorHandler] = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -75,6 +79,9 @@ class AsyncConsumer:
         self._fatal: Optional[BaseException] = None
         self._stats = ConsumeStats()
         self._keeper: Optional[AsyncLeaseKeeper] = None
+        self.ack_async = ack_async
+        self.on_ack_error = on_ack_error
+        self._acks: Optional[AsyncAckBatcher] = None
 
     @property
     def stats(self) -> ConsumeStats:
@@ -90,9 +97,14 @@ class AsyncConsumer:
         restore = self._install_signals() if self.handle_signals else (lambda: None)
         self._keeper = AsyncLeaseKeeper(self.client, self.lease_seconds, self.renew_every)
         self._keeper.start()
+        if self.ack_async:
+            self._acks = AsyncAckBatcher(self.client, self.on_ack_error, self._fail, self._stats.add)
+            self._acks.start()
         try:
             await asyncio.gather(*(self._work() for _ in range(self.concurrency)))
         finally:
+            if self._acks is not None:
+                await self._acks.close()  # the pending acks go before the leases are left to lapse
             await self._keeper.stop()
             restore()
         if self._fatal is not None:
@@ -123,18 +135,27 @@ class AsyncConsumer:
 
         return restore
 
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        self._stop.set()
+
     async def _work(self) -> None:
         try:
             while not self._stopping():
-                result = await self._pop()
+                # As in Consumer: pending acks hold their partitions, and an
+                # ack wakes no waiting pop.
+                waiting_acks = self._acks is not None and self._acks.busy
+                result = await self._pop(0 if waiting_acks else self.wait_ms)
                 if result is not None and result.leases:
                     await self._handle(result)
+                elif waiting_acks and result is not None:
+                    assert self._acks is not None
+                    await self._acks.wait()
         except BaseException as exc:
-            if self._fatal is None:
-                self._fatal = exc
-            self._stop.set()
+            self._fail(exc)
 
-    async def _pop(self) -> Optional[PopResult]:
+    async def _pop(self, wait_ms: int) -> Optional[PopResult]:
         try:
             return await self.client.pop(
                 self.queue,
@@ -142,7 +163,7 @@ class AsyncConsumer:
                 partition=self.partition,
                 batch=self.batch,
                 partitions=self.partitions,
-                wait_ms=self.wait_ms,
+                wait_ms=wait_ms,
                 lease_seconds=self.lease_seconds,
                 subscription_mode=self.subscription_mode,
                 subscription_from=self.subscription_from,
@@ -186,11 +207,16 @@ class AsyncConsumer:
                             raise
                         settlement.complete(message, outputs)
         finally:
-            # Untracked first: the acks end the leases, and a renewal racing
-            # them would only log a spurious lease_expired. A third of the
-            # lease at least is left, plenty for one call.
-            self._keeper.untrack(result.leases)
-            await self._settle(settlement)
+            if self._acks is not None and settlement.only_completed():
+                keeper = self._keeper  # renewed until the ack is answered
+                self._stats.add(settlement.stats())
+                self._acks.add(settlement.completed, lambda: keeper.untrack(result.leases))
+            else:
+                # Untracked first: the acks end the leases, and a renewal racing
+                # them would only log a spurious lease_expired. A third of the
+                # lease at least is left, plenty for one call.
+                self._keeper.untrack(result.leases)
+                await self._settle(settlement)
 
     async def _settle(self, s: Settlement) -> None:
         stats = s.stats()

@@ -115,6 +115,11 @@ class Settlement:
     def give_back(self, lease: Lease) -> None:
         self.release.append(lease.lease_id)
 
+    def only_completed(self) -> bool:
+        """Whether every message completed and nothing is forwarded or given back:
+        the batch an asynchronous ack may settle."""
+        return bool(self.completed) and not self.failed and not self.pushes and not self.release
+
     @property
     def acks(self) -> List[AckItem]:
         return self.completed + self.failed

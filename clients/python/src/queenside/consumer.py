@@ -12,6 +12,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, List, Optional, Union
 
+from .ack_batcher import AckBatcher, AckErrorHandler
 from .consume_batch import ConsumeStats, Handler, Settlement, split_by_lease
 from .errors import ConnectionClosedError, DrainingError, QueensideError
 from .lease_keeper import LeaseKeeper
@@ -45,6 +46,18 @@ class Consumer:
     - ``run()`` returns the counts after a requested stop. It raises
       ``DrainingError`` when the sidecar began shutting down, and the error
       that ended it otherwise (a lost connection, a non-retryable answer).
+    - ``ack_async=True`` sends the acks of batches whose messages all
+      completed from a thread of their own, while the next pop is already
+      in flight. At most one ack call is in flight; what completes
+      meanwhile, in any batch or worker, goes together in the next call.
+      Leases are renewed until their ack is answered. A batch with a
+      failure (a nack), a release or forwarded push items is settled as
+      without it, before the next pop. A failed ack (refused items, or a
+      call that failed) is passed as an ``AckError`` to
+      ``on_ack_error(error)``, called from the ack thread; without that
+      callback it ends the loop and ``run()`` raises it. Either way its
+      messages will be delivered again. Stopping sends the pending acks
+      before ``run()`` returns.
     """
 
     def __init__(
@@ -66,6 +79,8 @@ class Consumer:
         stop: Optional[threading.Event] = None,
         handle_signals: bool = True,
         retry_delay: float = 0.5,
+        ack_async: bool = False,
+        on_ack_error: Optional[AckErrorHandler] = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -89,6 +104,9 @@ class Consumer:
         self._stats = ConsumeStats()
         self._stats_lock = threading.Lock()
         self._keeper: Optional[LeaseKeeper] = None
+        self.ack_async = ack_async
+        self.on_ack_error = on_ack_error
+        self._acks: Optional[AckBatcher] = None
 
     @property
     def stats(self) -> ConsumeStats:
@@ -105,6 +123,9 @@ class Consumer:
         restore = install_stop_signals(self.stop) if self.handle_signals else (lambda: None)
         self._keeper = LeaseKeeper(self.client, self.lease_seconds, self.renew_every)
         self._keeper.start()
+        if self.ack_async:
+            self._acks = AckBatcher(self.client, self.on_ack_error, self._fail, self._add_stats)
+            self._acks.start()
         workers: List[threading.Thread] = [
             threading.Thread(target=self._work, name=f"queenside-consume-{i}", daemon=True) for i in range(self.concurrency)
         ]
@@ -117,6 +138,8 @@ class Consumer:
                 while w.is_alive():
                     w.join(timeout=0.2)
         finally:
+            if self._acks is not None:
+                self._acks.close()  # the pending acks go before the leases are left to lapse
             self._keeper.stop()
             restore()
         if self._fatal is not None:
@@ -125,18 +148,32 @@ class Consumer:
             raise DrainingError("the sidecar is shutting down; consume stopped")
         return self._stats
 
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        self._stop.set()
+
+    def _add_stats(self, stats: ConsumeStats) -> None:
+        with self._stats_lock:
+            self._stats.add(stats)
+
     def _work(self) -> None:
         try:
             while not self._stopping():
-                result = self._pop()
+                # Pending acks hold their leases' partitions, and a lease
+                # ended by an ack wakes no waiting pop: look without waiting
+                # then, and wait for those acks if nothing came.
+                waiting_acks = self._acks is not None and self._acks.busy
+                result = self._pop(0 if waiting_acks else self.wait_ms)
                 if result is not None and result.leases:
                     self._handle(result)
+                elif waiting_acks and result is not None:
+                    assert self._acks is not None
+                    self._acks.wait()
         except BaseException as exc:  # ends the whole loop, reported by run()
-            if self._fatal is None:
-                self._fatal = exc
-            self._stop.set()
+            self._fail(exc)
 
-    def _pop(self) -> Optional[PopResult]:
+    def _pop(self, wait_ms: int) -> Optional[PopResult]:
         try:
             return self.client.pop(
                 self.queue,
@@ -144,7 +181,7 @@ class Consumer:
                 partition=self.partition,
                 batch=self.batch,
                 partitions=self.partitions,
-                wait_ms=self.wait_ms,
+                wait_ms=wait_ms,
                 lease_seconds=self.lease_seconds,
                 subscription_mode=self.subscription_mode,
                 subscription_from=self.subscription_from,
@@ -183,11 +220,18 @@ class Consumer:
                             raise
                         settlement.complete(message, outputs)
         finally:
-            # Untracked first: the acks end the leases, and a renewal racing
-            # them would only log a spurious lease_expired. A third of the
-            # lease at least is left, plenty for one call.
-            self._keeper.untrack(result.leases)
-            self._settle(settlement)
+            if self._acks is not None and settlement.only_completed():
+                # Renewed until the ack is answered: it is only valid while
+                # the lease lives.
+                keeper = self._keeper
+                self._add_stats(settlement.stats())
+                self._acks.add(settlement.completed, lambda: keeper.untrack(result.leases))
+            else:
+                # Untracked first: the acks end the leases, and a renewal racing
+                # them would only log a spurious lease_expired. A third of the
+                # lease at least is left, plenty for one call.
+                self._keeper.untrack(result.leases)
+                self._settle(settlement)
 
     def _settle(self, s: Settlement) -> None:
         stats = s.stats()
