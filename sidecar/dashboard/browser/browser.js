@@ -13,6 +13,8 @@ export function launch() {
   return puppeteer.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     headless: true,
+    // a stuck browser call fails its test in a minute rather than in three
+    protocolTimeout: 60_000,
     args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
   });
 }

@@ -1,7 +1,8 @@
 // The dashboard: hash routes, one page at a time, each refreshed every
-// refreshMs (from api/info) without reloading.
+// refreshMs (from api/info) without reloading, under a banner while any
+// cluster maintenance is on.
 import { api, ApiError, getToken, setToken } from './api.js';
-import { h, duration } from './dom.js';
+import { h, duration, time } from './dom.js';
 import * as queues from './pages/queues.js';
 import * as queue from './pages/queue.js';
 import * as dlq from './pages/dlq.js';
@@ -18,6 +19,7 @@ const ROUTES = [
 
 const main = document.getElementById('main');
 const banner = document.getElementById('banner');
+const maintenanceBanner = document.getElementById('maintenance-banner');
 
 /** What api/info said; refreshMs until then is the documented default. */
 const info = { sidecarId: '', version: '', uptimeSeconds: 0, writes: 'token', refreshMs: 2000, loadedAt: Date.now() };
@@ -40,6 +42,39 @@ function showBanner(text) {
   } else if (!banner.hidden) {
     banner.hidden = true;
     banner.textContent = '';
+  }
+}
+
+let maintenanceShown = '';
+
+/** The maintenance banner, from api/cluster's `maintenance` (absent: none). */
+function showMaintenance(m) {
+  const on = Boolean(m && (m.push || m.pop));
+  // redrawn only on a change: a live region re-read every refresh is noise
+  const key = on ? JSON.stringify([m.push, m.pushSince, m.pop, m.popSince]) : '';
+  if (key === maintenanceShown) return;
+  maintenanceShown = key;
+  if (!on) {
+    maintenanceBanner.hidden = true;
+    maintenanceBanner.replaceChildren();
+    return;
+  }
+  const since = (t) => (t ? [' since ', time(t)] : '');
+  maintenanceBanner.replaceChildren(h('div', null,
+    h('strong', null, 'Maintenance is on. '),
+    m.push ? h('span', { dataset: { maintenance: 'push' } }, 'Push maintenance', since(m.pushSince), ': every sidecar spools pushes instead of storing them. ') : null,
+    m.pop ? h('span', { dataset: { maintenance: 'pop' } }, 'Pop maintenance', since(m.popSince), ': pops deliver nothing, acks keep working. ') : null,
+    h('a', { href: '#/cluster' }, 'Turn it off on the cluster page')));
+  maintenanceBanner.hidden = false;
+}
+
+/** Reads the maintenance state for the banner; api/cluster is cheap. */
+async function refreshMaintenance() {
+  try {
+    const c = await api('cluster');
+    showMaintenance(c.maintenance);
+  } catch {
+    // the page's own banner says when the sidecar does not answer
   }
 }
 
@@ -66,6 +101,7 @@ function route() {
     query,
     param: m[1] && r.page !== queues ? safeDecode(m[1]) : undefined,
     live: () => gen === generation,
+    setMaintenance: showMaintenance,
     navigate: (hash) => {
       location.hash = hash;
     },
@@ -91,7 +127,8 @@ async function tick(gen, page) {
   if (gen !== generation) return;
   if (!document.hidden || !page.polled) {
     try {
-      await page.refresh();
+      // the cluster page reads the maintenance state itself
+      await Promise.all([page.refresh(), page.readsMaintenance ? null : refreshMaintenance()]);
       if (gen === generation) showBanner('');
     } catch (err) {
       if (gen !== generation) return;

@@ -121,3 +121,8 @@ export function writeError(err) {
   }
   return `Failed (${err.status || 'no answer'} ${err.code}): ${err.message}`;
 }
+
+/** The badge of a queue whose consumption is paused (options.consumptionPaused). */
+export function pausedBadge() {
+  return h('span', { class: 'badge paused', dataset: { badge: 'paused' }, title: 'Consumption paused: no group\'s pop delivers this queue until it is resumed.' }, 'paused');
+}

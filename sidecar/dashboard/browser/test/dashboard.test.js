@@ -80,6 +80,32 @@ const mark = (page) => page.evaluate(() => {
 });
 const marked = (page) => page.evaluate(() => window.__queensideMark === 'same document');
 
+/** Keeps the admin token in the page's tab, as the token dialog does. */
+const keepToken = (page) => page.evaluate((t) => sessionStorage.setItem('queenside.adminToken', t), sidecar.token);
+
+/** Waits for the confirmation dialog, answers it, and returns what it said. */
+async function answerConfirm(page, answer = 'ok') {
+  await page.waitForSelector('#confirm-dialog[open]');
+  const said = await text(page, '#confirm-dialog');
+  await page.click(answer === 'ok' ? '#confirm-ok' : '#confirm-cancel');
+  await page.waitForSelector('#confirm-dialog:not([open])');
+  return said;
+}
+
+/** A write straight to the API with the token: the tests' own clean-up. */
+async function adminPost(path, body) {
+  const res = await fetch(`${sidecar.url}api/${path}`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${sidecar.token}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const got = await res.text();
+  assert.equal(res.status, 200, `POST ${path}: ${got}`);
+  return JSON.parse(got);
+}
+
+const getJSON = async (path) => (await fetch(`${sidecar.url}api/${path}`)).json();
+
 test('the queues page shows a pushed queue with its counts, and its rate live', async () => {
   const q = uniqueQueue('orders');
   await client.push(['eu', 'us', 'apac'].flatMap((partition) => Array.from({ length: 10 }, (_, i) => ({ queue: q, partition, payload: { i } }))));
@@ -267,6 +293,7 @@ test('writes on a sidecar without --admin-token-file are refused and say why', a
     await client.pop(q, { group: 'g1', batch: 1, autoAck: true });
     const page = await openPage(browser);
     page.allow403(/\/seek$/);
+    page.allow403(/\/pause$/);
     await page.goto(`${readonly.url}#/queues/${encodeURIComponent(q)}`);
     assert.equal(await text(page, '#token-button'), 'Writes disabled');
     await page.waitForSelector('#seek-group option[value="g1"]');
@@ -274,6 +301,11 @@ test('writes on a sidecar without --admin-token-file are refused and say why', a
     await page.click('#seek-form button[type=submit]');
     await page.waitForSelector('#seek-status.error');
     assert.match(await text(page, '#seek-status'), /403 writes_disabled.*without --admin-token-file/);
+    await page.click('#pause-toggle');
+    await answerConfirm(page);
+    await page.waitForSelector('#pause-status.error');
+    assert.match(await text(page, '#pause-status'), /403 writes_disabled.*without --admin-token-file/);
+    assert.equal(await page.$('#queue-badges [data-badge=paused]'), null, 'not paused');
     await finish(page);
   } finally {
     await readonly.stop();
@@ -325,4 +357,171 @@ test('the cluster page lists this sidecar, the database and its health', async (
   assert.equal(await page.$('#maintenance-card') !== null, cluster.maintenance !== undefined, 'maintenance shows only when reported');
   await page.waitForSelector('#latency-chart canvas');
   await finish(page, 'cluster');
+});
+
+test('pausing a queue from its page: refused without the token; with it, its pops deliver nothing until resumed', async () => {
+  const q = uniqueQueue('pausable');
+  const other = uniqueQueue('unpaused');
+  await client.push([
+    ...Array.from({ length: 3 }, (_, i) => ({ queue: q, partition: 'p', payload: i })),
+    { queue: other, payload: 'still delivered' },
+  ]);
+  const page = await visit(`/queues/${encodeURIComponent(q)}`);
+  page.allow403(/\/api\/queues\/[^/]+\/pause$/);
+  const pauseRequests = [];
+  page.on('request', (req) => {
+    if (req.url().endsWith('/pause')) pauseRequests.push(req.postData());
+  });
+  await page.waitForSelector('#pause-toggle:not([disabled])');
+  assert.match(await text(page, '#pause-state'), /running/);
+  assert.equal(await text(page, '#pause-toggle'), 'Pause consumption');
+
+  // Cancel in the confirmation sends nothing
+  await page.click('#pause-toggle');
+  await answerConfirm(page, 'cancel');
+  assert.deepEqual(pauseRequests, []);
+
+  // without the token: confirmed, refused, shown, nothing changed
+  await page.click('#pause-toggle');
+  assert.match(await answerConfirm(page), /No consumer group's pop will deliver/);
+  await page.waitForSelector('#pause-status.error');
+  assert.match(await text(page, '#pause-status'), /403 forbidden.*admin token/);
+  assert.equal((await getJSON(`queues/${q}`)).options.consumptionPaused, false);
+  assert.equal(await page.$('#queue-badges [data-badge=paused]'), null);
+
+  // with it: paused, the badge shows, pops of this queue deliver nothing
+  await keepToken(page);
+  await page.click('#pause-toggle');
+  await answerConfirm(page);
+  await page.waitForSelector('#pause-status.ok');
+  await page.waitForSelector('#queue-badges [data-badge=paused]');
+  assert.match(await text(page, '#pause-state'), /paused/);
+  assert.equal(await text(page, '#pause-toggle'), 'Resume consumption');
+  assert.deepEqual(pauseRequests.map((b) => JSON.parse(b)), [{ paused: true }, { paused: true }]);
+  assert.equal((await getJSON(`queues/${q}`)).options.consumptionPaused, true);
+  const none = await client.pop(q, { group: 'workers', batch: 10, waitMs: 300 });
+  assert.equal(none.messages.length, 0);
+  assert.equal(none.paused, true);
+  const delivered = await client.pop(other, { group: 'workers', batch: 10, waitMs: 1000, autoAck: true });
+  assert.equal(delivered.messages.length, 1, 'another queue still delivers');
+
+  // the badge stays after a refresh, and the queues page shows it on this queue only
+  await new Promise((r) => setTimeout(r, 2500));
+  assert.notEqual(await page.$('#queue-badges [data-badge=paused]'), null);
+  await page.evaluate(() => { location.hash = '#/queues'; });
+  await page.waitForSelector(`#queues-table tr[data-queue="${q}"] [data-badge=paused]`);
+  await page.waitForSelector(`#queues-table tr[data-queue="${other}"]`);
+  assert.equal(await page.$(`#queues-table tr[data-queue="${other}"] [data-badge=paused]`), null);
+
+  // resumed (no confirmation needed): the badge goes, pops deliver again
+  await page.evaluate((hash) => { location.hash = hash; }, `#/queues/${encodeURIComponent(q)}`);
+  await page.waitForFunction(() => document.querySelector('#pause-toggle')?.textContent === 'Resume consumption' && !document.querySelector('#pause-toggle').disabled, { timeout: 10_000 });
+  await page.click('#pause-toggle');
+  await page.waitForSelector('#pause-status.ok');
+  assert.match(await text(page, '#pause-status'), /resumed/);
+  assert.equal(await page.$('#queue-badges [data-badge=paused]'), null);
+  assert.match(await text(page, '#pause-state'), /running/);
+  const again = await client.pop(q, { group: 'workers', batch: 10, waitMs: 1000, autoAck: true });
+  assert.equal(again.messages.length, 3);
+  await finish(page);
+});
+
+test('pop maintenance from the cluster page: pops deliver nothing while it is on, acks keep working', async () => {
+  const q = uniqueQueue('popmaint');
+  await client.push(Array.from({ length: 2 }, (_, i) => ({ queue: q, payload: i })));
+  const leased = await client.pop(q, { group: 'workers', batch: 1 }); // acked during maintenance
+  assert.equal(leased.messages.length, 1);
+  const page = await visit('/cluster');
+  page.allow403(/\/api\/maintenance$/);
+  const popState = '.maintenance-state[data-maintenance=pop]';
+  try {
+    await waitValue(page, popState, 'false', { attr: 'on' });
+    assert.equal(await text(page, '#maintenance-pop-toggle'), 'Turn pop maintenance on');
+    assert.match(await text(page, '#maintenance-card'), /pops deliver nothing.*acks keep working/i);
+
+    // without the token: refused and still off
+    await page.click('#maintenance-pop-toggle');
+    await answerConfirm(page);
+    await page.waitForSelector('#maintenance-status.error');
+    assert.match(await text(page, '#maintenance-status'), /403 forbidden/);
+    assert.equal((await getJSON('cluster')).maintenance.pop, false);
+
+    // with it: on, with its since-time, and the banner says so
+    await keepToken(page);
+    await page.click('#maintenance-pop-toggle');
+    assert.match(await answerConfirm(page), /Pops deliver nothing on every sidecar.*acks keep working/);
+    await waitValue(page, popState, 'true', { attr: 'on' });
+    assert.match(await text(page, popState), /^on since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC/);
+    assert.equal(await text(page, '#maintenance-pop-toggle'), 'Turn pop maintenance off');
+    await page.waitForSelector('#maintenance-banner:not([hidden]) [data-maintenance=pop]');
+    assert.match(await text(page, '#maintenance-banner'), /Pop maintenance since .* UTC: pops deliver nothing, acks keep working/);
+    assert.ok((await getJSON('cluster')).maintenance.popSince);
+    await page.screenshot({ path: join(shots, 'maintenance.png') });
+
+    const none = await client.pop(q, { group: 'workers', batch: 10, waitMs: 300 });
+    assert.equal(none.messages.length, 0);
+    assert.equal(none.paused, true);
+    const acked = await client.ack(completed(leased.messages[0]));
+    assert.equal(acked.results.length, 1);
+    assert.ok(!acked.results[0].error, `the ack worked: ${JSON.stringify(acked.results[0])}`);
+
+    // any other page shows the banner too
+    const other = await visit('/dlq');
+    await other.waitForSelector('#maintenance-banner:not([hidden]) [data-maintenance=pop]');
+    await finish(other);
+
+    // off (no confirmation needed): pops deliver again
+    await page.click('#maintenance-pop-toggle');
+    await waitValue(page, popState, 'false', { attr: 'on' });
+    await page.waitForSelector('#maintenance-banner[hidden]');
+    const again = await client.pop(q, { group: 'workers', batch: 10, waitMs: 1000, autoAck: true });
+    assert.equal(again.messages.length, 1);
+    assert.equal(again.messages[0].payload, 1);
+  } finally {
+    await adminPost('maintenance', { pop: false });
+  }
+  await finish(page);
+});
+
+test('push maintenance from the cluster page: pushes are spooled, and replayed when it is turned off', async () => {
+  const q = uniqueQueue('pushmaint');
+  const before = await getJSON('spool');
+  const page = await visit('/cluster');
+  const pushState = '.maintenance-state[data-maintenance=push]';
+  let spool;
+  try {
+    await waitValue(page, pushState, 'false', { attr: 'on' });
+    await keepToken(page);
+    await page.click('#maintenance-push-toggle');
+    assert.match(await answerConfirm(page), /Every sidecar spools pushes to its disk instead of storing them/);
+    await waitValue(page, pushState, 'true', { attr: 'on' });
+    assert.match(await text(page, pushState), /^on since /);
+
+    const [result] = await client.push({ queue: q, partition: 'p', payload: { spooled: true } });
+    assert.equal(result.status, 'buffered');
+
+    // the spool page holds it, under the banner
+    spool = await visit('/spool');
+    await spool.waitForFunction(() => Number(document.querySelector('[data-stat=records]')?.dataset.value) > 0, { timeout: 10_000 });
+    await spool.waitForSelector('#maintenance-banner:not([hidden]) [data-maintenance=push]');
+    assert.match(await text(spool, '#maintenance-banner'), /every sidecar spools pushes instead of storing them/);
+
+    // a click in a background tab never lands: the cluster page comes first again
+    await page.bringToFront();
+    await page.click('#maintenance-push-toggle');
+    await waitValue(page, pushState, 'false', { attr: 'on' });
+  } finally {
+    await adminPost('maintenance', { push: false });
+  }
+  await finish(page);
+
+  // replayed: the spool empties, and the message is poppable
+  await spool.bringToFront();
+  await waitValue(spool, '[data-stat=records]', 0);
+  await spool.waitForFunction((n) => Number(document.querySelector('[data-stat=replayed]')?.dataset.value) > n, { timeout: 10_000 }, before.replayed);
+  await spool.waitForSelector('#maintenance-banner[hidden]');
+  const popped = await client.pop(q, { group: 'workers', batch: 10, waitMs: 5000, autoAck: true });
+  assert.equal(popped.messages.length, 1);
+  assert.deepEqual(popped.messages[0].payload, { spooled: true });
+  await finish(spool);
 });

@@ -1,9 +1,23 @@
 // The cluster: the sidecars connected to the database, the database's
 // health and latency, this sidecar's health, and maintenance when the
-// sidecar reports it.
+// sidecar reports it, with the controls to turn it on and off.
 import { api } from '../api.js';
-import { h, num, time, ago, bytes, duration, stat } from '../dom.js';
+import { h, num, time, ago, bytes, duration, stat, writeError } from '../dom.js';
 import { LiveChart } from '../chart.js';
+import { confirmAction } from '../confirm.js';
+
+// What each kind of maintenance does, in the words the card and the
+// confirmation use.
+const MAINTENANCE = {
+  push: {
+    label: 'Push maintenance',
+    does: 'Every sidecar spools pushes to its disk instead of storing them (a push answers "buffered"); the spools replay them when it is turned off.',
+  },
+  pop: {
+    label: 'Pop maintenance',
+    does: 'Pops deliver nothing on every sidecar (they answer "paused"); acks keep working.',
+  },
+};
 
 export function create(ctx) {
   const cards = h('div', { class: 'stats', id: 'cluster-stats' });
@@ -39,14 +53,83 @@ export function create(ctx) {
     return pairs.filter(Boolean).flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]);
   }
 
-  function maintenanceCard(m) {
-    if (!m || typeof m !== 'object') return null;
-    const state = (on, since) => (on
-      ? [h('span', { class: 'bad' }, 'paused'), since ? [' since ', time(since)] : null]
-      : h('span', { class: 'ok' }, 'running'));
-    return h('section', { class: 'card maintenance', 'aria-labelledby': 'maintenance-title', id: 'maintenance-card' },
-      h('h2', { id: 'maintenance-title' }, 'Maintenance'),
-      h('dl', { class: 'kv' }, kv([['Pushes', state(m.push, m.pushSince)], ['Pops', state(m.pop, m.popSince)]])));
+  // ---- maintenance: built once and updated in place, so that a refresh
+  // keeps the focus on its buttons and the outcome of the last change.
+  let maint = null; // the last state shown
+  let maintWrites = 0; // bumped around a change: older reads must not show
+  const maintStatus = h('div', { id: 'maintenance-status', class: 'form-status', role: 'status' });
+  const maintRows = {};
+  for (const kind of ['push', 'pop']) {
+    const state = h('span', { class: 'maintenance-state', dataset: { maintenance: kind } });
+    const button = h('button', { type: 'button', id: `maintenance-${kind}-toggle` });
+    button.addEventListener('click', () => toggleMaintenance(kind));
+    maintRows[kind] = { state, button };
+  }
+  const maintCard = h('section', { class: 'card maintenance', 'aria-labelledby': 'maintenance-title', id: 'maintenance-card' },
+    h('h2', { id: 'maintenance-title' }, 'Maintenance'),
+    h('p', { class: 'muted' }, 'Cluster-wide: every sidecar applies a change within 2 s. Changing it needs the admin token.'),
+    h('dl', { class: 'kv maintenance-list' }, ['push', 'pop'].flatMap((kind) => [
+      h('dt', null, MAINTENANCE[kind].label),
+      h('dd', null,
+        h('div', { class: 'toolbar' }, maintRows[kind].state, maintRows[kind].button),
+        h('p', { class: 'muted small' }, MAINTENANCE[kind].does)),
+    ])),
+    maintStatus);
+
+  function renderMaintenance(m) {
+    maint = m;
+    ctx.setMaintenance(m);
+    if (!m || typeof m !== 'object') {
+      maintenance.replaceChildren();
+      return;
+    }
+    for (const kind of ['push', 'pop']) {
+      const on = Boolean(m[kind]);
+      const since = m[`${kind}Since`];
+      const { state, button } = maintRows[kind];
+      state.dataset.on = String(on);
+      state.replaceChildren(on
+        ? h('span', null, h('span', { class: 'bad' }, 'on'), since ? [' since ', time(since), ' (', ago(since), ')'] : null)
+        : h('span', { class: 'ok' }, 'off'));
+      button.textContent = `Turn ${kind} maintenance ${on ? 'off' : 'on'}`;
+      if (!button.dataset.busy) button.disabled = false;
+    }
+    // attached only when it changes, so that a focused button keeps the focus
+    if (!maintCard.isConnected) maintenance.replaceChildren(maintCard);
+  }
+
+  async function toggleMaintenance(kind) {
+    const on = !(maint && maint[kind]);
+    if (on) {
+      const ok = await confirmAction({
+        title: `Turn ${kind} maintenance on?`,
+        text: `${MAINTENANCE[kind].does} It stays on until it is turned off here.`,
+        confirm: `Turn ${kind} maintenance on`,
+      });
+      if (!ok || !ctx.live()) return;
+    }
+    const { button } = maintRows[kind];
+    maintWrites++;
+    button.disabled = true;
+    button.dataset.busy = 'true';
+    maintStatus.className = 'form-status';
+    maintStatus.textContent = `Turning ${kind} maintenance ${on ? 'on' : 'off'}…`;
+    try {
+      const res = await api('maintenance', { method: 'POST', body: { [kind]: on } });
+      if (!ctx.live()) return;
+      delete button.dataset.busy;
+      renderMaintenance(res);
+      maintStatus.className = 'form-status ok';
+      maintStatus.textContent = `${MAINTENANCE[kind].label} is ${res[kind] ? 'on' : 'off'}.`;
+    } catch (err) {
+      if (!ctx.live()) return;
+      maintStatus.className = 'form-status error';
+      maintStatus.textContent = writeError(err);
+    } finally {
+      maintWrites++;
+      delete button.dataset.busy;
+      button.disabled = false;
+    }
   }
 
   function healthRows(x) {
@@ -63,6 +146,7 @@ export function create(ctx) {
   }
 
   async function refresh() {
+    const writes = maintWrites;
     const c = await api('cluster');
     if (!ctx.live()) return;
     const db = c.database || {};
@@ -74,7 +158,7 @@ export function create(ctx) {
       stat('Latency', db.latencyMs !== undefined && db.latencyMs !== null ? `${Number(db.latencyMs).toFixed(2)} ms` : '–', { dataset: { stat: 'latency' } }),
       stat('This sidecar', statusText(c.health && c.health.status), { dataset: { stat: 'health' } }),
     );
-    maintenance.replaceChildren(maintenanceCard(c.maintenance) || '');
+    if (writes === maintWrites) renderMaintenance(c.maintenance);
     tbody.replaceChildren(...sidecars.map((s) => {
       const mine = Boolean(self) && (s.sidecarId === self || s.name === self || s.name === `queenside/${self}`);
       return h('tr', { dataset: { sidecar: s.name }, class: mine ? 'self' : null },
@@ -97,7 +181,8 @@ export function create(ctx) {
     el.dataset.ready = 'true';
   }
 
-  return { el, title: 'Cluster', refresh, destroy: () => chart && chart.destroy() };
+  // this page reads the maintenance state itself: the header need not
+  return { el, title: 'Cluster', refresh, readsMaintenance: true, destroy: () => chart && chart.destroy() };
 }
 
 function statusText(s) {

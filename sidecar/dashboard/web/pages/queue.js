@@ -1,8 +1,9 @@
 // One queue: its groups with lag (charted live), its partitions a page at a
 // time (keyset paging and a name prefix, so 10,000 partitions cost one page),
-// and the seek form.
+// pausing and resuming its consumption, and the seek form.
 import { api, query, seg } from '../api.js';
-import { h, num, rate, numCell, optionsText, stat, time, ago, groupName, writeError } from '../dom.js';
+import { h, num, rate, numCell, optionsText, stat, time, ago, groupName, writeError, pausedBadge } from '../dom.js';
+import { confirmAction } from '../confirm.js';
 import { LiveChart } from '../chart.js';
 import { Rates } from './rates.js';
 
@@ -52,6 +53,16 @@ export function create(ctx) {
       h('th', { scope: 'col' }, 'Groups: cursor, lag, lease'))),
     partsBody);
 
+  // ---- consumption: paused or running
+  let paused = null; // unknown until the first summary
+  // Bumped when a pause or resume starts and ends: a summary asked for
+  // before then may carry the old state and must not show it.
+  let pauseWrites = 0;
+  const titleBadge = h('span', { id: 'queue-badges' });
+  const pauseState = h('span', { id: 'pause-state' });
+  const pauseBtn = h('button', { type: 'button', id: 'pause-toggle', disabled: true }, 'Pause consumption');
+  const pauseStatus = h('div', { id: 'pause-status', class: 'form-status', role: 'status' });
+
   // ---- seek
   const seekGroup = h('select', { id: 'seek-group', name: 'group', required: true });
   const seekPartition = h('input', { id: 'seek-partition', name: 'partition', type: 'text', placeholder: 'every partition', autocomplete: 'off' });
@@ -68,12 +79,17 @@ export function create(ctx) {
     h('div', { class: 'field' }, h('label', { for: 'seek-time' }, 'Time'), seekTime),
     h('div', { class: 'field' }, h('span', { class: 'label-spacer', 'aria-hidden': 'true' }, ' '), h('button', { type: 'submit', class: 'primary' }, 'Seek')));
 
-  const title = h('h1', { id: 'page-title', tabindex: '-1' }, h('span', { class: 'muted' }, 'Queue '), name);
+  const title = h('h1', { id: 'page-title', tabindex: '-1' }, h('span', { class: 'muted' }, 'Queue '), name, titleBadge);
   const el = h('section', { 'aria-labelledby': 'page-title', dataset: { queue: name } },
     h('p', { class: 'crumbs' }, h('a', { href: '#/queues' }, 'Queues'), ' / ', name),
     title,
     summary,
     options,
+    h('section', { class: 'card', id: 'pause-card', 'aria-labelledby': 'pause-title' },
+      h('h2', { id: 'pause-title' }, 'Consumption'),
+      h('div', { class: 'toolbar' }, pauseState, pauseBtn,
+        h('span', { class: 'muted small' }, 'Pausing stops every group\'s pops from delivering this queue (they answer "paused") until it is resumed; pushes and acks keep working. Every sidecar applies it within 2 s. Needs the admin token.')),
+      pauseStatus),
     h('section', { class: 'card', 'aria-labelledby': 'groups-title' },
       h('h2', { id: 'groups-title' }, 'Consumer groups'),
       h('div', { class: 'table-wrap' }, groupsTable),
@@ -107,6 +123,16 @@ export function create(ctx) {
     options.textContent = `Options: ${optionsText(q.options)}`;
   }
 
+  function renderPaused(p) {
+    paused = p;
+    el.dataset.paused = String(p);
+    titleBadge.replaceChildren(p ? pausedBadge() : '');
+    pauseState.replaceChildren('Consumption: ', p ? h('span', { class: 'bad' }, 'paused') : h('span', { class: 'ok' }, 'running'));
+    pauseBtn.textContent = p ? 'Resume consumption' : 'Pause consumption';
+    pauseBtn.className = p ? 'primary' : '';
+    pauseBtn.disabled = false;
+  }
+
   function renderGroups(q) {
     const now = Date.now();
     groupsBody.replaceChildren(...groups.map((g) => {
@@ -133,12 +159,14 @@ export function create(ctx) {
   }
 
   async function refreshSummary() {
+    const writes = pauseWrites;
     const q = await api(`queues/${seg(name)}`);
     if (!ctx.live()) return;
     groups = q.groups || [];
     const pr = rates.update('pushed', q.at, q.pushed);
     const cr = rates.update('consumed', q.at, q.consumed);
     renderSummary(q, pr, cr);
+    if (writes === pauseWrites && !pauseBtn.dataset.busy) renderPaused(Boolean(q.options && q.options.consumptionPaused));
     renderGroups(q);
     renderSeekGroups();
     if (!chart) chart = new LiveChart(chartBox, { label: `Lag by group of queue ${name}` });
@@ -213,6 +241,42 @@ export function create(ctx) {
       page.after = '';
       page.back = [];
     }), 250);
+  });
+
+  pauseBtn.addEventListener('click', async () => {
+    const want = !paused;
+    if (want) {
+      const ok = await confirmAction({
+        title: `Pause consumption of queue ${name}?`,
+        text: 'No consumer group\'s pop will deliver this queue\'s messages until it is resumed. Pushes are still stored and acks keep working; every sidecar applies it within 2 s.',
+        confirm: 'Pause consumption',
+      });
+      if (!ok || !ctx.live()) return;
+    }
+    pauseWrites++;
+    pauseBtn.disabled = true;
+    pauseBtn.dataset.busy = 'true';
+    pauseStatus.className = 'form-status';
+    pauseStatus.textContent = want ? 'Pausing…' : 'Resuming…';
+    try {
+      const res = await api(`queues/${seg(name)}/pause`, { method: 'POST', body: { paused: want } });
+      if (!ctx.live()) return;
+      const now = Boolean(res.options && res.options.consumptionPaused);
+      renderPaused(now);
+      if (res.options) options.textContent = `Options: ${optionsText(res.options)}`;
+      pauseStatus.className = 'form-status ok';
+      pauseStatus.textContent = now
+        ? 'Consumption paused: pops of this queue deliver nothing until it is resumed.'
+        : 'Consumption resumed: pops deliver this queue again.';
+    } catch (err) {
+      if (!ctx.live()) return;
+      pauseStatus.className = 'form-status error';
+      pauseStatus.textContent = writeError(err);
+    } finally {
+      pauseWrites++;
+      delete pauseBtn.dataset.busy;
+      if (paused !== null) pauseBtn.disabled = false;
+    }
   });
 
   seekTo.addEventListener('change', () => {

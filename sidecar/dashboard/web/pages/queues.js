@@ -1,7 +1,7 @@
 // Every queue: partitions, messages, options, pushed/s and consumed/s, and a
 // live chart of the totals.
 import { api, seg } from '../api.js';
-import { h, num, rate, numCell, optionsText, stat } from '../dom.js';
+import { h, num, rate, numCell, optionsText, stat, pausedBadge } from '../dom.js';
 import { LiveChart } from '../chart.js';
 import { Rates } from './rates.js';
 
@@ -47,8 +47,9 @@ export function create(ctx) {
       if (pr !== null) pushedTotal = (pushedTotal ?? 0) + pr;
       if (cr !== null) consumedTotal = (consumedTotal ?? 0) + cr;
       messages += q.messages || 0;
-      return h('tr', { dataset: { queue: q.queue } },
-        h('th', { scope: 'row', class: 'name' }, h('a', { href: `#/queues/${seg(q.queue)}` }, q.queue)),
+      const paused = Boolean(q.options && q.options.consumptionPaused);
+      return h('tr', { dataset: { queue: q.queue, paused: String(paused) } },
+        h('th', { scope: 'row', class: 'name' }, h('a', { href: `#/queues/${seg(q.queue)}` }, q.queue), paused ? pausedBadge() : null),
         numCell(q.partitions, undefined, { dataset: { col: 'partitions', value: q.partitions } }),
         numCell(q.messages, undefined, { dataset: { col: 'messages', value: q.messages } }),
         numCell(q.groups, undefined, { dataset: { col: 'groups', value: q.groups } }),
