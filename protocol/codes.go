@@ -23,6 +23,9 @@ const (
 	CodeDeadlineExceeded Code = "deadline_exceeded"
 	CodeUnauthorized     Code = "unauthorized"
 	CodeInternal         Code = "internal"
+	// CodeKeyMissing: an encryption key this sidecar was not given is
+	// needed (revision 1.1).
+	CodeKeyMissing Code = "key_missing"
 )
 
 // retryable lists the codes a client may retry unchanged.
@@ -44,7 +47,7 @@ func Codes() []Code {
 		CodeBadRequest, CodeFrameTooLarge, CodeUnknownOp, CodeUnsupported,
 		CodeInvalidArgument, CodeNotFound, CodeConflict, CodeLeaseExpired,
 		CodeUnavailable, CodeSpoolFull, CodeDraining, CodeOverloaded,
-		CodeDeadlineExceeded, CodeUnauthorized, CodeInternal,
+		CodeDeadlineExceeded, CodeUnauthorized, CodeInternal, CodeKeyMissing,
 	}
 }
 

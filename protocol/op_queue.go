@@ -12,6 +12,9 @@ type QueueOptions struct {
 	// ConsumptionPaused stops every group's pops of the queue from
 	// delivering until it is false again (revision 1.1).
 	ConsumptionPaused bool `msgpack:"consumptionPaused,omitempty" json:"consumptionPaused"`
+	// EncryptPayloads seals the payloads of messages pushed while it is
+	// true, under the sidecar's writing key (revision 1.1).
+	EncryptPayloads bool `msgpack:"encryptPayloads,omitempty" json:"encryptPayloads"`
 }
 
 // DefaultQueueOptions are the options of a queue created by its first push.
@@ -98,9 +101,14 @@ func DecodeConfigureArgs(raw []byte) (ConfigureArgs, error) {
 			return readQueue(d, &a.Queue)
 		case "options":
 			return walkMapFrom(d, "options", func(d *dec, key string) error {
-				if key == "consumptionPaused" {
+				switch key {
+				case "consumptionPaused":
 					v, err := readBool(d, "options."+key)
 					a.Options.ConsumptionPaused = v
+					return err
+				case "encryptPayloads":
+					v, err := readBool(d, "options."+key)
+					a.Options.EncryptPayloads = v
 					return err
 				}
 				target := a.Options.field(key)

@@ -239,7 +239,7 @@ func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	a.Limit, a.AfterID = int(limit), after
-	res, err := s.store.DLQ(ctx, a)
+	res, err := s.dlq(ctx, a)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,12 @@ func (c *control) popPaused(queue string) bool {
 	return st != nil && (st.Maintenance.Pop || st.Paused[queue])
 }
 
+// encrypted reports whether payloads pushed to queue are sealed.
+func (c *control) encrypted(queue string) bool {
+	st := c.state.Load()
+	return st != nil && st.Encrypted[queue]
+}
+
 // maintenance is the maintenance state applied, nil before the first read.
 func (c *control) maintenance() *protocol.MaintenanceState {
 	if st := c.state.Load(); st != nil {
@@ -76,11 +82,16 @@ func (c *control) set(next store.Control) bool {
 }
 
 func sameControl(a, b store.Control) bool {
-	if a.Maintenance.Push != b.Maintenance.Push || a.Maintenance.Pop != b.Maintenance.Pop || len(a.Paused) != len(b.Paused) {
+	return a.Maintenance.Push == b.Maintenance.Push && a.Maintenance.Pop == b.Maintenance.Pop &&
+		sameSet(a.Paused, b.Paused) && sameSet(a.Encrypted, b.Encrypted)
+}
+
+func sameSet(a, b map[string]bool) bool {
+	if len(a) != len(b) {
 		return false
 	}
-	for q := range a.Paused {
-		if !b.Paused[q] {
+	for q := range a {
+		if !b[q] {
 			return false
 		}
 	}

@@ -28,11 +28,55 @@ func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 		telemetry.EndPop(span, res, nil)
 		return res, nil
 	}
+	// An auto-acked pop of a sealed queue is taken under a lease and acked
+	// once its payloads are open: a message this sidecar cannot open stays
+	// where it is, for a sidecar that can.
+	sealedAutoAck := req.AutoAck && s.control.encrypted(a.Queue)
+	if sealedAutoAck {
+		req.AutoAck = false
+	}
 	res, err := s.pops.pop(ctx, req, until)
+	if err == nil {
+		res, err = s.openPopped(ctx, res, sealedAutoAck)
+	}
 	telemetry.EndPop(span, res, err)
 	if err != nil {
 		return nil, err
 	}
+	return res, nil
+}
+
+// openPopped opens the payloads of a pop's messages. When one cannot be
+// opened, the pop's leases are released, which charges no retry: nothing
+// was consumed, and the error says why. autoAck acks what was opened.
+func (s *Server) openPopped(ctx context.Context, res protocol.PopResult, autoAck bool) (protocol.PopResult, error) {
+	if perr := s.openMessages(res.Messages); perr != nil {
+		s.releaseQuietly(res.Leases)
+		return protocol.PopResult{}, perr
+	}
+	if !autoAck || len(res.Messages) == 0 {
+		return res, nil
+	}
+	items := make([]protocol.AckItem, len(res.Messages))
+	for i, m := range res.Messages {
+		off := m.Offset
+		items[i] = protocol.AckItem{LeaseID: m.LeaseID, Offset: &off, Status: protocol.AckCompleted}
+	}
+	ar, err := s.ack(ctx, items)
+	if err != nil {
+		s.releaseQuietly(res.Leases)
+		return protocol.PopResult{}, err
+	}
+	for _, r := range ar.Results {
+		if !r.Success {
+			s.releaseQuietly(res.Leases)
+			return protocol.PopResult{}, protocol.Errorf(protocol.CodeUnavailable, "the auto-ack of a sealed queue's messages did not commit (%s): nothing was consumed", r.Code)
+		}
+	}
+	for i := range res.Messages {
+		res.Messages[i].LeaseID = ""
+	}
+	res.Leases = []protocol.Lease{}
 	return res, nil
 }
 

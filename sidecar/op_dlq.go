@@ -14,7 +14,24 @@ func (s *Server) opDLQ(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.store.DLQ(ctx, args)
+	return s.dlq(ctx, args)
+}
+
+// dlq lists dead letters with their payloads opened.
+func (s *Server) dlq(ctx context.Context, args protocol.DLQArgs) (protocol.DLQResult, error) {
+	res, err := s.store.DLQ(ctx, args)
+	if err != nil {
+		return res, err
+	}
+	for i := range res.Entries {
+		e := &res.Entries[i]
+		plain, perr := s.openPayload(e.Payload, e.Queue, e.MessageID)
+		if perr != nil {
+			return protocol.DLQResult{}, perr
+		}
+		e.Payload = plain
+	}
+	return res, nil
 }
 
 // opDLQReplay pushes each entry's payload again into its partition, as a
@@ -45,8 +62,20 @@ func (s *Server) replayDeadLetter(ctx context.Context, id int64) protocol.DLQRep
 		r.Error = protocol.Errorf(protocol.CodeInternal, "%v", err)
 		return r
 	}
-	m := store.Message{Queue: d.Queue, Partition: d.Partition, Payload: d.Payload,
+	// The new message has an id of its own: a sealed payload is opened
+	// and sealed again for it (or stored plain, if the queue no longer
+	// encrypts).
+	payload, perr := s.openPayload(d.Payload, d.Queue, d.MessageID.String())
+	if perr != nil {
+		r.Error = perr
+		return r
+	}
+	m := store.Message{Queue: d.Queue, Partition: d.Partition, Payload: payload,
 		TransactionID: uuid.NewString(), MessageID: mid, TraceID: d.TraceID, Headers: d.Headers}
+	if perr := s.seal(&m); perr != nil {
+		r.Error = perr
+		return r
+	}
 	outcomes, err := s.store.Push(ctx, []store.Message{m})
 	if err != nil {
 		r.Error = s.toProtocolError(err)

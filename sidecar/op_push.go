@@ -48,6 +48,10 @@ func (s *Server) push(ctx context.Context, args protocol.PushArgs) (protocol.Pus
 			r.Status, r.Error = protocol.StatusFailed, protocol.Errorf(protocol.CodeInternal, "%v", err)
 			continue
 		}
+		if perr := s.seal(&m); perr != nil {
+			r.Status, r.Error = protocol.StatusFailed, perr
+			continue
+		}
 		r.TransactionID = m.TransactionID
 		msgs = append(msgs, m)
 		positions = append(positions, i)

@@ -37,6 +37,9 @@ func (s *Server) transaction(ctx context.Context, args protocol.TransactionArgs)
 		if msgs[i], err = newMessage(&args.Pushes[i]); err != nil {
 			return protocol.TransactionResult{}, protocol.Errorf(protocol.CodeInternal, "%v", err)
 		}
+		if perr := s.seal(&msgs[i]); perr != nil {
+			return protocol.TransactionResult{}, perr
+		}
 	}
 	ackRes, outcomes, err := s.store.Transaction(ctx, args.Acks, msgs)
 	var conflict *store.ConflictError

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/queenside/queenside/schema"
 	"github.com/queenside/queenside/sidecar/buffer"
+	"github.com/queenside/queenside/sidecar/crypt"
 	"github.com/queenside/queenside/sidecar/janitor"
 	"github.com/queenside/queenside/sidecar/store"
 	"github.com/queenside/queenside/sidecar/telemetry"
@@ -48,7 +51,11 @@ type Config struct {
 	// AdminTokenFile holds the token the dashboard's writes need (its
 	// content, surrounding whitespace trimmed); "" refuses every write.
 	AdminTokenFile string
-	Logger         hclog.Logger
+	// EncryptionKeysFile holds the keys that seal the payloads of queues
+	// with encryptPayloads: one `<id>:<base64 of 32 bytes>` a line, the
+	// first one writing. Read again on SIGHUP. "" gives no key.
+	EncryptionKeysFile string
+	Logger             hclog.Logger
 	// OnReady, when set, is called once the socket accepts connections.
 	OnReady func(srv *Server)
 }
@@ -71,6 +78,14 @@ func Run(ctx context.Context, cfg Config) error {
 	adminToken, err := readAdminToken(cfg.AdminTokenFile)
 	if err != nil {
 		return err
+	}
+	var keys *crypt.Keyring
+	if cfg.EncryptionKeysFile != "" {
+		if keys, err = crypt.Load(cfg.EncryptionKeysFile); err != nil {
+			return fmt.Errorf("--encryption-keys: %w", err)
+		}
+		log.Info("encryption keys", "ids", keys.IDs(), "writing", keys.WriterID())
+		go reloadKeysOnHangup(ctx, keys, cfg.EncryptionKeysFile, log)
 	}
 	id := uuid.NewString()
 	dbOpts := cfg.Database
@@ -102,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Buffer: buf, Logger: log,
-		ID: id, AdminToken: adminToken})
+		ID: id, AdminToken: adminToken, Keys: keys})
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
 	replayCtx, stopReplay := context.WithCancel(context.Background())
@@ -237,5 +252,26 @@ func readControlUntilDone(ctx context.Context, srv *Server, log hclog.Logger) er
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// reloadKeysOnHangup reads the key file again at each SIGHUP: a key added
+// at its front becomes the writing key. A file that does not parse leaves
+// the keys as they were.
+func reloadKeysOnHangup(ctx context.Context, keys *crypt.Keyring, path string, log hclog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := keys.Reload(path); err != nil {
+				log.Error("SIGHUP: the encryption keys were not reloaded; the previous ones stay", "error", err)
+				continue
+			}
+			log.Info("SIGHUP: encryption keys reloaded", "ids", keys.IDs(), "writing", keys.WriterID())
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/buffer"
+	"github.com/queenside/queenside/sidecar/crypt"
 	"github.com/queenside/queenside/sidecar/store"
 )
 
@@ -40,6 +41,9 @@ type Options struct {
 	// letters, seeking) to requests that carry it as a bearer token; when
 	// empty, every write is refused.
 	AdminToken string
+	// Keys seal and open the payloads of queues with encryptPayloads; nil
+	// holds no key (such pushes and pops fail with key_missing).
+	Keys *crypt.Keyring
 }
 
 // Server serves the protocol on any number of listeners.

@@ -23,9 +23,9 @@ type sidecarProc struct {
 
 // startSidecar executes `bin serve` on socket against databaseURL, with
 // its janitor running every retention (never when 0).
-func startSidecar(bin, socket, databaseURL, spoolDir, logPath string, retention time.Duration) (*sidecarProc, error) {
-	p, err := childproc.Start(bin, []string{"serve", "--socket", socket, "--database-url", databaseURL,
-		"--spool-dir", spoolDir, "--retention-interval", retention.String(), "--log-level", "warn"}, logPath)
+func startSidecar(bin, socket, databaseURL, spoolDir, logPath string, retention time.Duration, extra ...string) (*sidecarProc, error) {
+	p, err := childproc.Start(bin, append([]string{"serve", "--socket", socket, "--database-url", databaseURL,
+		"--spool-dir", spoolDir, "--retention-interval", retention.String(), "--log-level", "warn"}, extra...), logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start sidecar: %w", err)
 	}

@@ -139,6 +139,11 @@ type Config struct {
 	// producer's trace context (see tracing.go).
 	Tracing bool `json:"tracing"`
 
+	// Encrypt runs the sidecar with an encryption key and every queue the
+	// scenarios configure with encryptPayloads, so that each payload is
+	// sealed on push and opened on pop.
+	Encrypt bool `json:"encrypt"`
+
 	// StallTimeout ends a consuming scenario that has received nothing for
 	// this long, as an error, instead of waiting forever for lost messages.
 	StallTimeout time.Duration `json:"stall-timeout"`
@@ -277,6 +282,9 @@ func (c Config) Validate() error {
 		if k.v < k.lo || k.v > k.hi {
 			return fmt.Errorf("--%s %d: want %d..%d", k.name, k.v, k.lo, k.hi)
 		}
+	}
+	if c.Encrypt && c.Socket != "" {
+		return fmt.Errorf("--encrypt needs the sidecar the bench starts (no --socket)")
 	}
 	if c.Tracing && c.Socket != "" {
 		return fmt.Errorf("--tracing needs the sidecar the bench starts (no --socket)")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/queenside/queenside/sidecar/crypt"
 	"github.com/queenside/queenside/sidecar/pgserver"
 )
 
@@ -77,7 +78,13 @@ func setup(ctx context.Context, cfg Config, log hclog.Logger) (e *environment, e
 		}
 	}
 	if startSidecar {
-		err = e.startSidecar(ctx, cfg.SidecarBinary, max(cfg.RetentionInterval, 0))
+		var extra []string
+		if cfg.Encrypt {
+			if extra, err = e.writeKeys(); err != nil {
+				return e, err
+			}
+		}
+		err = e.startSidecar(ctx, cfg.SidecarBinary, max(cfg.RetentionInterval, 0), extra...)
 	} else {
 		e.socket, e.probe.sidecarPID = cfg.Socket, cfg.SidecarPID
 		e.version, err = e.healthy(ctx, givenTimeout)
@@ -109,9 +116,9 @@ func (e *environment) startPostgres(ctx context.Context) error {
 
 // startSidecar starts the sidecar as a child; its janitor runs every
 // retention (never when 0).
-func (e *environment) startSidecar(ctx context.Context, bin string, retention time.Duration) error {
+func (e *environment) startSidecar(ctx context.Context, bin string, retention time.Duration, extra ...string) error {
 	e.socket = filepath.Join(e.tmp, "qs.sock")
-	child, err := startSidecar(bin, e.socket, e.dbURL, filepath.Join(e.tmp, "spool"), filepath.Join(e.tmp, "sidecar.log"), retention)
+	child, err := startSidecar(bin, e.socket, e.dbURL, filepath.Join(e.tmp, "spool"), filepath.Join(e.tmp, "sidecar.log"), retention, extra...)
 	if err != nil {
 		return err
 	}
@@ -163,4 +170,17 @@ func (e *environment) close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// writeKeys writes a key file for --encrypt and returns the sidecar's flag.
+func (e *environment) writeKeys() ([]string, error) {
+	line, err := crypt.NewKeyLine("bench")
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(e.tmp, "encryption-keys")
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("write the encryption key: %w", err)
+	}
+	return []string{"--encryption-keys", path}, nil
 }

@@ -98,11 +98,17 @@ func (b *bench) pushAll(ctx context.Context, conns []*queenside.Client, bt batch
 	})
 }
 
+// sealPayloads is Config.Encrypt of the run under way: every queue the
+// scenarios configure encrypts its payloads.
+var sealPayloads atomic.Bool
+
 // configure gives a queue the default options explicitly, deduplication
 // included, so the measured work never includes creating the queue and
 // does not depend on what the defaults may become.
 func configure(ctx context.Context, c *queenside.Client, queue string) error {
-	if _, err := c.Configure(ctx, queue, queenside.DefaultQueueOptions()); err != nil {
+	opts := queenside.DefaultQueueOptions()
+	opts.EncryptPayloads = sealPayloads.Load()
+	if _, err := c.Configure(ctx, queue, opts); err != nil {
 		return fmt.Errorf("configure %s: %w", queue, err)
 	}
 	return nil

@@ -38,6 +38,8 @@ type Conditions struct {
 	SidecarPID    *int          `json:"sidecarPid"`
 	PostmasterPID *int          `json:"postmasterPid"`
 	Postgres      *PostgresInfo `json:"postgres"` // null without a database URL
+	// Encrypt: every queue sealed its payloads (--encrypt).
+	Encrypt bool `json:"encrypt"`
 }
 
 // PostgresInfo is what PostgreSQL says of itself.

@@ -63,6 +63,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	sealPayloads.Store(cfg.Encrypt)
 	if cfg.SidecarBinary == "" && cfg.Socket == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -165,6 +166,7 @@ func conditions(env *environment, cfg Config) Conditions {
 		SidecarStarted:  env.child != nil,
 		PostgresStarted: env.pg != nil,
 		Postgres:        env.pgInfo,
+		Encrypt:         sealPayloads.Load(),
 	}
 	if env.probe.sidecarPID > 0 {
 		c.SidecarPID = ptr(env.probe.sidecarPID)

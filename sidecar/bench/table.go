@@ -26,6 +26,9 @@ func printHeader(w io.Writer, rep *Report) {
 	if t := rep.Tracing; t != nil {
 		fmt.Fprintf(w, "tracing:  on, OTLP/HTTP to %s (read and discarded), sampler %s, a trace context on every push\n", t.Endpoint, t.Sampler)
 	}
+	if c.Encrypt {
+		fmt.Fprintln(w, "payloads: encrypted (encryptPayloads on every queue, AES-256-GCM; sealed on push, opened on pop)")
+	}
 	fmt.Fprintln(w)
 }
 

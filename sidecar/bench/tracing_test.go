@@ -64,3 +64,43 @@ func TestProducerContextIsFreshAndSampledWhenAsked(t *testing.T) {
 		t.Fatalf("%v %v: want two valid, sampled, distinct trace contexts", a, b)
 	}
 }
+
+// A run with --encrypt seals every payload: the scenarios still deliver
+// every message, and the stored payloads are sealed records.
+func TestEncryptRun(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DatabaseURL = pgtest.NewDatabase(t)
+	cfg.SidecarBinary = buildSidecar(t)
+	cfg.Out = filepath.Join(t.TempDir(), "bench.json")
+	cfg.Scenarios = []string{ScenarioPush, ScenarioPopAck}
+	cfg.Messages = 2000
+	cfg.Encrypt = true
+	var out bytes.Buffer
+	cfg.Output = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	for _, r := range rep.Scenarios {
+		if r.Failed || r.Errors != 0 {
+			t.Fatalf("%s failed with encryption on:\n%s", r.Name, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "payloads: encrypted") {
+		t.Errorf("the header does not say payloads are encrypted:\n%s", out.String())
+	}
+	pool := pgtest.Pool(t, cfg.DatabaseURL)
+	var sealed, plain int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE get_byte(p, 0) = 193), count(*) FILTER (WHERE get_byte(p, 0) <> 193)
+		FROM queenside.segments s, unnest(s.payloads) p`).Scan(&sealed, &plain); err != nil {
+		t.Fatal(err)
+	}
+	if sealed == 0 || plain != 0 {
+		t.Fatalf("stored payloads: %d sealed, %d not", sealed, plain)
+	}
+	if err := (Config{Socket: "/tmp/x.sock", Encrypt: true}).withDefaults().Validate(); err == nil {
+		t.Fatal("--encrypt with --socket accepted")
+	}
+}

@@ -15,27 +15,33 @@ import (
 // queue's name: "!" is not allowed in one.
 const ControlPayload = "!control"
 
-// Control is the cluster-wide state every sidecar applies: maintenance, and
-// the queues whose consumption is paused.
+// Control is the cluster-wide state every sidecar applies: maintenance,
+// the queues whose consumption is paused, and those whose payloads are
+// sealed.
 type Control struct {
 	Maintenance protocol.MaintenanceState
 	Paused      map[string]bool
+	Encrypted   map[string]bool
 }
 
 // ReadControl reads the control state in one round trip.
 func (s *Store) ReadControl(ctx context.Context) (Control, error) {
-	c := Control{Paused: map[string]bool{}}
-	var paused []string
+	c := Control{Paused: map[string]bool{}, Encrypted: map[string]bool{}}
+	var paused, encrypted []string
 	err := s.pool.QueryRow(ctx, `
 		SELECT m.push, m.pop, m.push_since, m.pop_since,
-		       coalesce((SELECT array_agg(q.name) FROM queenside.queues q WHERE q.consumption_paused), '{}')
+		       coalesce((SELECT array_agg(q.name) FROM queenside.queues q WHERE q.consumption_paused), '{}'),
+		       coalesce((SELECT array_agg(q.name) FROM queenside.queues q WHERE q.encrypt_payloads), '{}')
 		  FROM queenside.maintenance m`).Scan(&c.Maintenance.Push, &c.Maintenance.Pop,
-		&c.Maintenance.PushSince, &c.Maintenance.PopSince, &paused)
+		&c.Maintenance.PushSince, &c.Maintenance.PopSince, &paused, &encrypted)
 	if err != nil {
 		return c, fmt.Errorf("read the control state: %w", err)
 	}
 	for _, q := range paused {
 		c.Paused[q] = true
+	}
+	for _, q := range encrypted {
+		c.Encrypted[q] = true
 	}
 	return c, nil
 }

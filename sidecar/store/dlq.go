@@ -81,6 +81,7 @@ type DeadLetter struct {
 	ID        int64
 	Queue     string
 	Partition string
+	MessageID uuid.UUID // the original's: a sealed payload is bound to it
 	Payload   []byte
 	TraceID   string
 	Headers   []byte
@@ -93,8 +94,8 @@ var ErrDeadLetterNotFound = errors.New("store: dead letter not found")
 func (s *Store) DeadLetter(ctx context.Context, id int64) (DeadLetter, error) {
 	d := DeadLetter{ID: id}
 	var trace *string
-	err := s.pool.QueryRow(ctx, `SELECT queue_name, partition_name, payload, trace_id, headers
-		FROM queenside.dead_letters WHERE id = $1`, id).Scan(&d.Queue, &d.Partition, &d.Payload, &trace, &d.Headers)
+	err := s.pool.QueryRow(ctx, `SELECT queue_name, partition_name, message_id, payload, trace_id, headers
+		FROM queenside.dead_letters WHERE id = $1`, id).Scan(&d.Queue, &d.Partition, &d.MessageID, &d.Payload, &trace, &d.Headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, fmt.Errorf("%w: %d", ErrDeadLetterNotFound, id)
 	}

@@ -14,23 +14,24 @@ import (
 var ErrQueueNotFound = errors.New("store: queue not found")
 
 const optionColumns = `lease_seconds, retry_limit, dedup_window_seconds,
-	retention_seconds, completed_retention_seconds, delay_seconds, consumption_paused`
+	retention_seconds, completed_retention_seconds, delay_seconds, consumption_paused, encrypt_payloads`
 
 func scanOptions(o *protocol.QueueOptions) []any {
 	return []any{&o.LeaseSeconds, &o.RetryLimit, &o.DedupWindowSeconds,
-		&o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.DelaySeconds, &o.ConsumptionPaused}
+		&o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.DelaySeconds, &o.ConsumptionPaused, &o.EncryptPayloads}
 }
 
 // Configure replaces every option of a queue, creating it if needed, and
-// returns the options now in force. A change of consumptionPaused is
-// announced to every sidecar (ControlPayload), in the same transaction.
+// returns the options now in force. A change of consumptionPaused or
+// encryptPayloads is announced to every sidecar (ControlPayload), in the
+// same transaction.
 func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOptions) (protocol.QueueOptions, error) {
 	var got protocol.QueueOptions
 	err := s.pool.QueryRow(ctx, `
-		WITH before AS (SELECT consumption_paused FROM queenside.queues WHERE name = $1),
+		WITH before AS (SELECT consumption_paused, encrypt_payloads FROM queenside.queues WHERE name = $1),
 		done AS (
 			INSERT INTO queenside.queues (name, `+optionColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (name) DO UPDATE SET
 				lease_seconds = excluded.lease_seconds,
 				retry_limit = excluded.retry_limit,
@@ -38,14 +39,16 @@ func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOpt
 				retention_seconds = excluded.retention_seconds,
 				completed_retention_seconds = excluded.completed_retention_seconds,
 				delay_seconds = excluded.delay_seconds,
-				consumption_paused = excluded.consumption_paused
+				consumption_paused = excluded.consumption_paused,
+				encrypt_payloads = excluded.encrypt_payloads
 			RETURNING `+optionColumns+`)
 		SELECT `+optionColumns+`,
 		       (SELECT count(*) FROM (SELECT pg_notify('`+WakeChannel+`', '`+ControlPayload+`')
-		                               WHERE coalesce((SELECT consumption_paused FROM before), false) <> $8) n)
+		                               WHERE coalesce((SELECT consumption_paused FROM before), false) <> $8
+		                                  OR coalesce((SELECT encrypt_payloads FROM before), false) <> $9) n)
 		  FROM done`,
 		queue, o.LeaseSeconds, o.RetryLimit, o.DedupWindowSeconds,
-		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, o.ConsumptionPaused,
+		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, o.ConsumptionPaused, o.EncryptPayloads,
 	).Scan(append(scanOptions(&got), new(int64))...)
 	if err != nil {
 		return got, fmt.Errorf("configure %s: %w", queue, err)

@@ -45,6 +45,7 @@ const CLASSES = {
   deadline_exceeded: class DeadlineExceededError extends QueensideError {},
   unauthorized: class UnauthorizedError extends QueensideError {},
   internal: class InternalError extends QueensideError {},
+  key_missing: class KeyMissingError extends QueensideError {},
 };
 
 export const BadRequestError = CLASSES.bad_request;
@@ -62,6 +63,7 @@ export const OverloadedError = CLASSES.overloaded;
 export const DeadlineExceededError = CLASSES.deadline_exceeded;
 export const UnauthorizedError = CLASSES.unauthorized;
 export const InternalError = CLASSES.internal;
+export const KeyMissingError = CLASSES.key_missing;
 
 /**
  * The connection is gone (closed by close(), by the sidecar, or broken).

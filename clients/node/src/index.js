@@ -29,5 +29,6 @@ export {
   OverloadedError,
   DeadlineExceededError,
   UnauthorizedError,
+  KeyMissingError,
   InternalError,
 } from './errors.js';

@@ -57,6 +57,7 @@ func benchCommand() *cli.Command {
 			&cli.DurationFlag{Name: "soak-sample", Value: d.SoakSample, Usage: "time between two looks at the tables"},
 			&cli.DurationFlag{Name: "soak-warmup", Usage: "time the tables get to settle (default 2m, or a third of --soak-duration)"},
 			&cli.IntFlag{Name: "soak-completed-retention", Value: d.SoakCompletedRetention, Usage: "completedRetentionSeconds of the soak queue"},
+			&cli.BoolFlag{Name: "encrypt", Usage: "run the sidecar with an encryption key and the scenarios' queues with encryptPayloads: every payload sealed on push, opened on pop"},
 			&cli.BoolFlag{Name: "tracing", Usage: "run the sidecar with OpenTelemetry tracing on, exporting to a discarding OTLP receiver in the bench, and a trace context on every push"},
 			&cli.DurationFlag{Name: "retention-interval", Usage: "--retention-interval of the sidecar the bench starts (default serve's, 1s when soak runs; negative: no janitor)"},
 		}, logFlags()...),
@@ -123,6 +124,7 @@ func runBench(c *cli.Context) error {
 		SoakCompletedRetention:   c.Int("soak-completed-retention"),
 		RetentionInterval:        c.Duration("retention-interval"),
 		Tracing:                  c.Bool("tracing"),
+		Encrypt:                  c.Bool("encrypt"),
 		Logger:                   log,
 	}
 	ctx, stop := signalContext()

@@ -31,6 +31,7 @@ func main() {
 			dlqCommand(),
 			healthCommand(),
 			maintenanceCommand(),
+			keygenCommand(),
 			benchCommand(),
 			verifyCommand(),
 		},

@@ -57,7 +57,8 @@ func configureCommand() *cli.Command {
 	}
 	flags = append(flags,
 		&cli.BoolFlag{Name: "pause", Usage: "pause the queue's consumption: no group's pop delivers it until --resume"},
-		&cli.BoolFlag{Name: "resume", Usage: "resume a paused queue's consumption"})
+		&cli.BoolFlag{Name: "resume", Usage: "resume a paused queue's consumption"},
+		&cli.BoolFlag{Name: "encrypt-payloads", Usage: "seal the payloads pushed from now on (--encrypt-payloads=false to stop; the sidecars need --encryption-keys)"})
 	return &cli.Command{
 		Name:      "configure",
 		Usage:     "set a queue's options, creating the queue if needed; options not given keep their value",
@@ -97,6 +98,9 @@ func configureCommand() *cli.Command {
 			case c.Bool("resume"):
 				opts.ConsumptionPaused = false
 			}
+			if c.IsSet("encrypt-payloads") {
+				opts.EncryptPayloads = c.Bool("encrypt-payloads")
+			}
 			got, err := cl.Configure(ctx, queue, opts)
 			if err != nil {
 				return exitError("configure: %v", err)
@@ -107,6 +111,9 @@ func configureCommand() *cli.Command {
 			paused := ""
 			if got.ConsumptionPaused {
 				paused = ", consumption paused"
+			}
+			if got.EncryptPayloads {
+				paused += ", payloads encrypted"
 			}
 			fmt.Printf("queue %s: lease %d s, %d retries, dedup window %d s, retention %d s, completed retention %d s, delay %d s%s\n",
 				queue, got.LeaseSeconds, got.RetryLimit, got.DedupWindowSeconds, got.RetentionSeconds,

@@ -49,6 +49,7 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.DurationFlag{Name: "shutdown-grace", Value: sidecar.DefaultShutdownGrace, Usage: "how long SIGTERM waits for requests in flight"},
 		&cli.DurationFlag{Name: "retention-interval", Value: sidecar.DefaultRetentionInterval, Usage: "time between two rounds of deleting what retention allows (0: never, on this sidecar)"},
 		&cli.StringFlag{Name: "admin-token-file", Usage: "file holding the token (16 characters or more) that the dashboard's writes need as Authorization: Bearer; without it every write is refused", EnvVars: []string{"QUEENSIDE_ADMIN_TOKEN_FILE"}},
+		&cli.StringFlag{Name: "encryption-keys", Usage: "file of the keys that seal the payloads of queues with encryptPayloads: one <id>:<base64 of 32 bytes> a line, the first one writing (queenside keygen makes one); read again on SIGHUP", EnvVars: []string{"QUEENSIDE_ENCRYPTION_KEYS"}},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve Go's profiling endpoints under /debug/pprof/ on --http-addr"},
 		&cli.StringFlag{Name: "session-database-url", Usage: "PostgreSQL itself, not a transaction pooler, for the janitor's advisory lock, migrations and LISTEN (default: --database-url)", EnvVars: []string{"QUEENSIDE_SESSION_DATABASE_URL"}},
 		&cli.StringFlag{Name: "listen-database-url", Usage: "where the notification listener connects (default: --session-database-url); \"none\": no listener, waiting pops look every second", EnvVars: []string{"QUEENSIDE_LISTEN_DATABASE_URL"}},
@@ -97,8 +98,9 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 		Profiling:     c.Bool("pprof"),
 		Logger:        log,
 
-		AdminTokenFile:    c.String("admin-token-file"),
-		RetentionInterval: c.Duration("retention-interval"),
+		AdminTokenFile:     c.String("admin-token-file"),
+		EncryptionKeysFile: c.String("encryption-keys"),
+		RetentionInterval:  c.Duration("retention-interval"),
 		Database: store.Options{
 			SessionURL:    c.String("session-database-url"),
 			ListenURL:     c.String("listen-database-url"),

@@ -170,6 +170,12 @@ class InternalError(QueensideError):
     default_retryable = True
 
 
+class KeyMissingError(QueensideError):
+    """A message of an encrypted queue needs a key this sidecar was not given."""
+
+    code = "key_missing"
+
+
 class ConnectionClosedError(QueensideError, ConnectionError):
     """The connection to the sidecar is gone (or could not be opened).
 
@@ -201,6 +207,7 @@ ERROR_CLASSES: Dict[str, Type[QueensideError]] = {
         DeadlineExceededError,
         UnauthorizedError,
         InternalError,
+        KeyMissingError,
     )
 }
 
