@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,6 +270,28 @@ func TestEncryptedQueuesSpoolNoPlaintext(t *testing.T) {
 	res := mustPop(t, c, protocol.PopArgs{Queue: "sec", Group: "g", Batch: 10})
 	if len(res.Messages) != 3 {
 		t.Fatalf("pop after replay: %+v", res)
+	}
+	for _, m := range res.Messages {
+		wantSecret(t, m)
+	}
+
+	// Rotation on SIGHUP: the key put first seals from then on, and what
+	// the old key sealed still opens.
+	appendKeyFirst(t, keys, "k2")
+	if err := sc.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the keys to be reloaded", func() bool {
+		return strings.Contains(sc.logText(), "encryption keys reloaded")
+	})
+	mustPush(t, c, secretItem(t, "sec", "p", "d"))
+	stored := storedMessages(t, pg.pool(t), "sec", "p")
+	if id, _, err := crypt.UnpackRecord(stored[3].Payload); err != nil || id != "k2" {
+		t.Fatalf("after SIGHUP a new message is sealed under %q (%v), want k2", id, err)
+	}
+	res = mustPop(t, c, protocol.PopArgs{Queue: "sec", Group: "after", Batch: 10})
+	if len(res.Messages) != 4 {
+		t.Fatalf("pop after the rotation: %+v", res)
 	}
 	for _, m := range res.Messages {
 		wantSecret(t, m)
