@@ -331,7 +331,10 @@ func TestSpoolOlderThanTheDedupWindowIsReported(t *testing.T) {
 	sc.waitReplayed(t) // migrated
 	c := dialClient(t, sc.socket)
 	configure(t, c, "stale", func(o *protocol.QueueOptions) { o.DedupWindowSeconds = 1 })
-	time.Sleep(5500 * time.Millisecond) // the sidecar reads the queues' windows every 5 s
+	// The sidecar reads the queues' windows when 5 s have passed since the
+	// last read, looking once a second: a read that came just before the
+	// configure is followed by one at most 6 s later.
+	time.Sleep(7500 * time.Millisecond)
 	pg.stop(t)
 	if buffered, _ := pushAll(t, c, "stale", 0, 10, nil); buffered != 10 {
 		t.Fatalf("%d buffered, want 10", buffered)
