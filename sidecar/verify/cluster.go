@@ -60,8 +60,11 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 	var settings []string
 	if failovers {
 		// pg_rewind needs hint bits logged on the server it rewinds, and
-		// its WAL back to the checkpoint before the two diverged.
-		settings = []string{"wal_log_hints=on", "wal_keep_size=512MB"}
+		// its WAL back to the checkpoint before the two diverged; the
+		// rewound server then streams the new primary's WAL from there.
+		// After a long outage the spools' replay writes more than 512 MB
+		// of WAL before the old primary is back: 2 GB is kept.
+		settings = []string{"wal_log_hints=on", "wal_keep_size=2GB"}
 	}
 	c.pg, err = pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Settings: settings, Logger: log.Named("postgres")})
 	if err != nil {
