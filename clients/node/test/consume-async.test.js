@@ -29,13 +29,18 @@ async function pushSpread(queue, n, partitions) {
   }
 }
 
-// A client of its own whose ack calls are counted (items per call).
+// A client of its own whose ack calls are counted (items per call), and
+// slowed down: while one is in flight the loop handles the next batches,
+// whose acks must then share a call. Without the delay, on a fast machine,
+// each ack could be answered before the next batch completes.
+const ACK_DELAY_MS = 20;
 async function countingClient() {
   const c = await connect({ socket: sidecars.socket });
   const calls = [];
   const ack = c.ack.bind(c);
-  c.ack = (items, options) => {
+  c.ack = async (items, options) => {
     calls.push(items.length);
+    await new Promise((resolve) => setTimeout(resolve, ACK_DELAY_MS));
     return ack(items, options);
   };
   return { c, calls };

@@ -20,6 +20,13 @@ def push_spread(client: Client, queue: str, n: int, partitions: int) -> None:
         client.push([PushItem(queue, i, partition=f"p{i % partitions}", transaction_id=f"m-{i}") for i in range(start, min(n, start + 500))])
 
 
+# Acks are slowed down in the tests that count them: while one is in
+# flight the loop handles the next batches, whose acks must then share a
+# call. Without the delay, on a fast machine, each ack could be answered
+# before the next batch completes, and nothing would need coalescing.
+ACK_DELAY = 0.02
+
+
 def count_acks(client: Any) -> List[int]:
     """Counts the ack calls made on client (one element per call: its item count)."""
     calls: List[int] = []
@@ -28,6 +35,7 @@ def count_acks(client: Any) -> List[int]:
     def ack(items: Any, **kw: Any) -> Any:
         items = list(items)
         calls.append(len(items))
+        time.sleep(ACK_DELAY)
         return real(items, **kw)
 
     client.ack = ack
@@ -41,6 +49,7 @@ def count_acks_async(client: AsyncClient) -> List[int]:
     async def ack(items: Any, **kw: Any) -> Any:
         items = list(items)
         calls.append(len(items))
+        await asyncio.sleep(ACK_DELAY)
         return await real(items, **kw)
 
     client.ack = ack  # type: ignore[method-assign]
