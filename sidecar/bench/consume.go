@@ -39,13 +39,9 @@ func (b *bench) scenarioAutoAck(ctx context.Context) Result {
 
 func (b *bench) consumeScenario(ctx context.Context, name string, autoAck bool) Result {
 	r := Result{Name: name}
-	bl, err := b.ensureBacklog(ctx)
-	if err != nil {
-		r.setupFailed(err)
+	bl, ok := b.backlogFor(ctx, &r)
+	if !ok {
 		return r
-	}
-	if bl.prep != nil {
-		r.inherit("preparation push", bl.prep)
 	}
 	b.drain(ctx, &r, bl, []string{name}, autoAck)
 	return r
@@ -200,4 +196,18 @@ func popAndAck(ctx context.Context, c *queenside.Client, t *tally, args queensid
 		}
 	}
 	return len(res.Messages)
+}
+
+// backlogFor is the backlog a consuming scenario drains, pushed first if
+// need be; r inherits the preparation's figures, or its failure (false).
+func (b *bench) backlogFor(ctx context.Context, r *Result) (*backlog, bool) {
+	bl, err := b.ensureBacklog(ctx)
+	if err != nil {
+		r.setupFailed(err)
+		return nil, false
+	}
+	if bl.prep != nil {
+		r.inherit("preparation push", bl.prep)
+	}
+	return bl, true
 }

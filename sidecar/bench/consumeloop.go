@@ -30,13 +30,9 @@ func (b *bench) scenarioAckAsync(ctx context.Context) Result {
 
 func (b *bench) consumeLoopScenario(ctx context.Context, name string, async bool) Result {
 	r := Result{Name: name}
-	bl, err := b.ensureBacklog(ctx)
-	if err != nil {
-		r.setupFailed(err)
+	bl, ok := b.backlogFor(ctx, &r)
+	if !ok {
 		return r
-	}
-	if bl.prep != nil {
-		r.inherit("preparation push", bl.prep)
 	}
 	conns, done, err := dial(ctx, b.socket, b.cfg.Connections)
 	if err != nil {

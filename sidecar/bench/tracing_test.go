@@ -21,21 +21,7 @@ func TestTracingRun(t *testing.T) {
 		t.Setenv(k, "")
 	}
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
-	cfg := DefaultConfig()
-	cfg.DatabaseURL = pgtest.NewDatabase(t)
-	cfg.SidecarBinary = buildSidecar(t)
-	cfg.Out = filepath.Join(t.TempDir(), "bench.json")
-	cfg.Scenarios = []string{ScenarioPush, ScenarioPopAck}
-	cfg.Messages = 2000
-	cfg.Tracing = true
-	var out bytes.Buffer
-	cfg.Output = &out
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, out.String())
-	}
+	rep, out, _ := pushAndPopAck(t, func(c *Config) { c.Tracing = true })
 	if rep.Tracing == nil || rep.Tracing.Exports == 0 || rep.Tracing.Bytes == 0 {
 		t.Fatalf("tracing %+v: the sidecar exported nothing\n%s", rep.Tracing, out.String())
 	}
@@ -68,21 +54,7 @@ func TestProducerContextIsFreshAndSampledWhenAsked(t *testing.T) {
 // A run with --encrypt seals every payload: the scenarios still deliver
 // every message, and the stored payloads are sealed records.
 func TestEncryptRun(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.DatabaseURL = pgtest.NewDatabase(t)
-	cfg.SidecarBinary = buildSidecar(t)
-	cfg.Out = filepath.Join(t.TempDir(), "bench.json")
-	cfg.Scenarios = []string{ScenarioPush, ScenarioPopAck}
-	cfg.Messages = 2000
-	cfg.Encrypt = true
-	var out bytes.Buffer
-	cfg.Output = &out
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, out.String())
-	}
+	rep, out, dbURL := pushAndPopAck(t, func(c *Config) { c.Encrypt = true })
 	for _, r := range rep.Scenarios {
 		if r.Failed || r.Errors != 0 {
 			t.Fatalf("%s failed with encryption on:\n%s", r.Name, out.String())
@@ -91,9 +63,9 @@ func TestEncryptRun(t *testing.T) {
 	if !strings.Contains(out.String(), "payloads: encrypted") {
 		t.Errorf("the header does not say payloads are encrypted:\n%s", out.String())
 	}
-	pool := pgtest.Pool(t, cfg.DatabaseURL)
+	pool := pgtest.Pool(t, dbURL)
 	var sealed, plain int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE get_byte(p, 0) = 193), count(*) FILTER (WHERE get_byte(p, 0) <> 193)
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE get_byte(p, 0) = 193), count(*) FILTER (WHERE get_byte(p, 0) <> 193)
 		FROM queenside.segments s, unnest(s.payloads) p`).Scan(&sealed, &plain); err != nil {
 		t.Fatal(err)
 	}
@@ -103,4 +75,27 @@ func TestEncryptRun(t *testing.T) {
 	if err := (Config{Socket: "/tmp/x.sock", Encrypt: true}).withDefaults().Validate(); err == nil {
 		t.Fatal("--encrypt with --socket accepted")
 	}
+}
+
+// pushAndPopAck runs push and popack at a tiny size with a sidecar of the
+// bench's own, as set changes the configuration, and returns the report,
+// what it printed and the database.
+func pushAndPopAck(t *testing.T, set func(*Config)) (*Report, *bytes.Buffer, string) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.DatabaseURL = pgtest.NewDatabase(t)
+	cfg.SidecarBinary = buildSidecar(t)
+	cfg.Out = filepath.Join(t.TempDir(), "bench.json")
+	cfg.Scenarios = []string{ScenarioPush, ScenarioPopAck}
+	cfg.Messages = 2000
+	set(&cfg)
+	out := &bytes.Buffer{}
+	cfg.Output = out
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	return rep, out, cfg.DatabaseURL
 }
