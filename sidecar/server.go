@@ -59,21 +59,21 @@ type Server struct {
 
 	// baseCtx outlives connections, so a push whose client hung up still
 	// finishes its transaction; only Close cancels it.
-	baseCtx  context.Context
-	cancel   context.CancelFunc
-	ready    atomic.Bool // the schema is migrated and the store may be used
+	baseCtx context.Context
+	cancel  context.CancelFunc
+	ready   atomic.Bool // the schema is migrated and the store may be used
 	// readyCh is closed when ready becomes true (readyOnce), for the
 	// requests waiting for it; startupErr is why the last attempt to
 	// migrate failed (nil when it did not).
 	readyCh    chan struct{}
 	readyOnce  sync.Once
 	startupErr atomic.Pointer[error]
-	draining atomic.Bool
-	drained  chan struct{} // closed when draining begins: ends long-polls
-	wakes    *wakeHub
-	control  *control // maintenance and paused queues, as this sidecar applies them
-	pops     *popHub
-	active   atomic.Int64 // requests being served, across connections
+	draining   atomic.Bool
+	drained    chan struct{} // closed when draining begins: ends long-polls
+	wakes      *wakeHub
+	control    *control // maintenance and paused queues, as this sidecar applies them
+	pops       *popHub
+	active     atomic.Int64 // requests being served, across connections
 	// lastRequest is when a request was last read (Unix nanoseconds): a
 	// drain waits for a quiet moment, so that requests already on their way
 	// are answered (draining) rather than cut off.
