@@ -22,9 +22,12 @@ const (
 type auditor struct {
 	queue      int    // 1-based index of the queue
 	consumer   string // "stage 2", or "checker" for the last queue
-	total      int64  // events the loader pushes
+	total      int64  // events the loader pushes in --duration
 	partitions int
 	violations *violationLog
+	// pushed, when set, counts the events the loader generated so far, which
+	// are more than total when it pushed past --duration.
+	pushed func() int64
 
 	mu    sync.Mutex
 	parts []partitionAudit
@@ -109,7 +112,7 @@ func (a *auditor) deliver(m queenside.Message) (event, bool) {
 		return e, false
 	}
 	pa := &a.parts[e.partition]
-	known := e.seq >= 0 && e.seq < int64(len(pa.offsetOf))
+	known := a.known(pa, e)
 	seq := int32(unknownSeq)
 	if known {
 		seq = int32(e.seq)
@@ -179,6 +182,33 @@ func (a *auditor) deliver(m queenside.Message) (event, bool) {
 	return e, true
 }
 
+// known tells whether the loader pushed e; one it pushed past --duration
+// gets its place in the partition's table.
+func (a *auditor) known(pa *partitionAudit, e event) bool {
+	if e.seq < 0 {
+		return false
+	}
+	if e.seq < int64(len(pa.offsetOf)) {
+		return true
+	}
+	if a.pushed == nil {
+		return false
+	}
+	n := a.pushed()
+	if e.seq > n/int64(a.partitions) || e.seq*int64(a.partitions)+int64(e.partition) >= n {
+		return false
+	}
+	pa.expect(e.seq + 1)
+	return true
+}
+
+// expect makes room for sequence numbers 0..n-1 in offsetOf.
+func (pa *partitionAudit) expect(n int64) {
+	for int64(len(pa.offsetOf)) < n {
+		pa.offsetOf = append(pa.offsetOf, notDelivered)
+	}
+}
+
 func (pa *partitionAudit) grow(off int64) {
 	for int64(len(pa.seqAt)) <= off {
 		pa.seqAt = append(pa.seqAt, notDelivered)
@@ -208,13 +238,16 @@ func (a *auditor) missedRedelivery(p int, offsets []int64) []int64 {
 	return missed
 }
 
-// finish counts the gaps, once the run has drained, and, given the queue's
-// head offsets (nil when unknown), the stored messages never delivered.
-func (a *auditor) finish(heads map[string]int64) AuditStats {
+// finish counts the gaps, once the run has drained, against the total of
+// events the loader pushed, and, given the queue's head offsets (nil when
+// unknown), the stored messages never delivered.
+func (a *auditor) finish(heads map[string]int64, total int64) AuditStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.stats.Events = max(total, a.total)
 	for p := range a.parts {
 		pa := &a.parts[p]
+		pa.expect(expectedEvents(a.stats.Events, a.partitions, p))
 		var missing []int64
 		for seq, off := range pa.offsetOf {
 			if off == notDelivered {

@@ -70,7 +70,7 @@ func TestAuditDefinitions(t *testing.T) {
 				seen[d.off] = true
 				a.deliver(m)
 			}
-			got := a.finish(map[string]int64{"p0": int64(len(a.parts[0].seqAt))})
+			got := a.finish(map[string]int64{"p0": int64(len(a.parts[0].seqAt))}, tc.total)
 			tc.want.Events = tc.total
 			if got != tc.want {
 				t.Errorf("stats\n got %+v\nwant %+v", got, tc.want)
@@ -117,7 +117,7 @@ func TestAuditUndelivered(t *testing.T) {
 	a := newAuditor(1, "checker", 2, 1, vl)
 	a.deliver(message(t, 1, 0, 0, 0))
 	a.deliver(message(t, 1, 0, 1, 1))
-	a.finish(map[string]int64{"p0": 4})
+	a.finish(map[string]int64{"p0": 4}, 2)
 	kept, counts := vl.snapshot()
 	if counts[ViolationUndelivered] != 1 || len(kept[0].Offsets) != 2 || kept[0].Offsets[0] != 2 {
 		t.Errorf("violations %v", kept)
@@ -180,5 +180,22 @@ func TestEventNumbering(t *testing.T) {
 func TestFormatNumbers(t *testing.T) {
 	if got := formatNumbers([]int64{3, 4, 5, 9, 11, 12}); got != "3-5,9,11-12" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestAuditPastDuration: events the loader pushed past --duration are known,
+// and the gaps are counted against the total it pushed in the end.
+func TestAuditPastDuration(t *testing.T) {
+	vl := newViolationLog()
+	a := newAuditor(1, "stage 1", 2, 1, vl)
+	pushed := int64(4)
+	a.pushed = func() int64 { return pushed }
+	for _, seq := range []int64{0, 1, 2, 4} {
+		a.deliver(message(t, 1, 0, seq, seq))
+	}
+	pushed = 6
+	s := a.finish(nil, pushed)
+	if s.Verified != 3 || s.Unknown != 1 || s.Events != 6 || s.Gaps != 3 {
+		t.Errorf("stats %+v, want 3 verified, 1 unknown (4 had not been pushed), 6 events, gaps 3, 4, 5", s)
 	}
 }

@@ -12,7 +12,7 @@ import (
 func (r *run) finalChecks(s pipelineState, drained bool) []AuditStats {
 	stats := make([]AuditStats, len(r.groups))
 	for i, g := range r.groups {
-		stats[i] = g.audit.finish(s.heads[i])
+		stats[i] = g.audit.finish(s.heads[i], r.loader.events())
 	}
 	for _, f := range r.inj.snapshot() {
 		r.checkOrder(f)

@@ -24,8 +24,11 @@ type Config struct {
 	Seed         int64  `json:"seed"` // seeds the random choices (fault targets, sidecars picked); 0 picks one and reports it
 	Out          string `json:"out"`  // where the JSON report goes; "" writes none
 
-	// Fault counts, spread over the run; Faults, when set, replaces them
-	// with an explicit schedule ("sidecar-kill@60s,pg-restart@2m,...").
+	// Fault counts, run one after another within the traffic; Faults, when
+	// set, replaces them with an explicit schedule
+	// ("sidecar-kill@60s,pg-restart@2m,..."). A count is the most the run
+	// places: fewer when they do not fit in Duration, unless its kind is in
+	// ExactCounts, when the run is refused instead.
 	SidecarKills  int    `json:"sidecar-kills"`
 	SidecarTerms  int    `json:"sidecar-terms"`
 	PGRestarts    int    `json:"pg-restarts"`
@@ -33,6 +36,9 @@ type Config struct {
 	ConsumerKills int    `json:"consumer-kills"`
 	LeaseExpiries int    `json:"lease-expiries"`
 	Faults        string `json:"faults"`
+	// ExactCounts are the kinds whose count was given (the command's
+	// flags that were set).
+	ExactCounts []FaultKind `json:"-"`
 	// PGDown is how long PostgreSQL stays stopped; SidecarDown how long a
 	// stopped sidecar stays down before it is started again.
 	PGDown      time.Duration `json:"pg-down"`

@@ -16,15 +16,18 @@ func (c *consumer) die(o *order, res queenside.PopResult) {
 	o.finish("abandoned without ack", false)
 }
 
+// expiryOverhang is how long past the latest lease's expiry a lease-expiry
+// fault holds its messages. The expiry is PostgreSQL's clock, on this
+// machine; the margin covers the time the pop took to answer.
+const expiryOverhang = 1500 * time.Millisecond
+
 // expire carries out FaultLeaseExpiry: it holds the messages until every
 // lease of the pop has expired, then commits as if nothing happened. That
 // commit must be refused (conflict for a stage, lease_expired for the
 // checker), and the messages must come again.
 func (c *consumer) expire(ctx context.Context, o *order, res queenside.PopResult) {
 	o.take(c.name, c.g.queue, res, c.g.cfg.Partitions)
-	// The expiry is PostgreSQL's clock, on this machine; the margin covers
-	// the time the pop took to answer.
-	if !sleep(ctx, time.Until(latestExpiry(res).Add(1500*time.Millisecond))) {
+	if !sleep(ctx, time.Until(latestExpiry(res).Add(expiryOverhang))) {
 		o.finish("interrupted", false)
 		return
 	}

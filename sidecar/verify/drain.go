@@ -28,7 +28,7 @@ func (r *run) drained(s pipelineState) bool {
 		return false
 	}
 	for i := range r.groups {
-		if s.verified[i] < r.total || s.lag[i] > 0 {
+		if s.verified[i] < r.loader.events() || s.lag[i] > 0 {
 			return false
 		}
 	}

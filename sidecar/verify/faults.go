@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -42,26 +43,51 @@ type injector struct {
 	rng    *rand.Rand
 	start  time.Time
 	out    io.Writer
+	// traffic is closed once the last consumer fault of the schedule has
+	// been carried out (or the injector stopped): until then the loader
+	// keeps pushing, past --duration if it must.
+	traffic     chan struct{}
+	releaseOnce sync.Once
 
 	mu      sync.Mutex
 	records []*FaultRecord
 }
 
+// errTrafficEnded is the error of a consumer fault whose turn came after
+// the loader had stopped. The loader waits for the last consumer fault, so
+// only a run that is ending early gets here.
+var errTrafficEnded = errors.New("not carried out: the traffic had ended")
+
 func (in *injector) run(ctx context.Context, plan []plannedFault) {
-	for _, f := range plan {
+	last := -1
+	for i, f := range plan {
+		if needsTraffic(f.Kind) {
+			last = i
+		}
+	}
+	defer in.releaseTraffic()
+	for i, f := range plan {
+		if i > last {
+			in.releaseTraffic()
+		}
 		if !sleep(ctx, time.Until(in.start.Add(f.At))) {
 			return
 		}
 		r := &FaultRecord{Kind: f.Kind, PlannedAt: f.At.Seconds(), StartedAt: time.Since(in.start).Seconds()}
+		late := in.loader.hasEnded()
 		began := time.Now()
 		err := in.inject(ctx, r)
 		r.Took = time.Since(began).Seconds()
 		if err != nil {
 			r.Error = err.Error()
+		} else if late {
+			r.Detail += "; it started after the traffic had ended"
 		}
 		in.record(r)
 	}
 }
+
+func (in *injector) releaseTraffic() { in.releaseOnce.Do(func() { close(in.traffic) }) }
 
 func errSuffix(e string) string {
 	if e == "" {
@@ -97,6 +123,10 @@ func (in *injector) record(r *FaultRecord) {
 // checker) and waits until one of its consumers takes it.
 func (in *injector) orderConsumer(ctx context.Context, r *FaultRecord) error {
 	g := in.groups[in.rng.IntN(len(in.groups))]
+	if in.loader.hasEnded() {
+		r.Target = g.label
+		return errTrafficEnded
+	}
 	o := newOrder(r.Kind)
 	r.order = o
 	r.Target = g.label

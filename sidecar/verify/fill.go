@@ -19,7 +19,8 @@ func (r *run) fill(rep *Report, stats []AuditStats, s pipelineState) {
 		rep.UnexpectedErrors = append(rep.UnexpectedErrors, samples...)
 	}
 	counts, samples := r.loader.stats.snapshot()
-	rep.Loader = LoaderReport{Events: r.total, Confirmed: r.loader.confirmed.Load(), Counts: counts}
+	rep.Loader = LoaderReport{Events: r.loader.events(), Confirmed: r.loader.confirmed.Load(), Counts: counts,
+		PushedSeconds: time.Duration(r.loader.endedAt.Load()).Seconds(), Extended: r.loader.extension(r.cfg.Duration)}
 	rep.Unexpected += counts["unexpected"]
 	rep.UnexpectedErrors = append(rep.UnexpectedErrors, samples...)
 

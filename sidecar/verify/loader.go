@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,16 +26,26 @@ const (
 // for what it received itself. A producer whose sidecar is down waits for
 // it to come back, as the application of a restarted pod would, and then
 // retries with the same transaction ids.
+//
+// It pushes the events of --duration, and past them, at the same rate,
+// while hold is open: the injector keeps it open until the last consumer
+// fault of the schedule has been carried out, since those need messages to
+// pop, and a fault overrunning its estimate may have delayed them.
 type loader struct {
 	queue      string
 	rate       int
 	partitions int
-	total      int64
+	planned    int64 // the events of --duration
 	start      time.Time
 	tl         *timeline
 	stats      *counters
 	producers  []*producer
 	confirmed  atomic.Int64
+
+	hold      <-chan struct{} // nil: no hold
+	generated atomic.Int64    // events handed to the producers so far: event k exists iff k < generated
+	ended     chan struct{}   // closed once no more events will be generated
+	endedAt   atomic.Int64    // when, in nanoseconds since start
 }
 
 // producer pushes the events of its partitions through one sidecar, one
@@ -52,8 +63,8 @@ type producer struct {
 }
 
 func newLoader(queue string, cfg Config, sidecars []*sidecar, start time.Time, tl *timeline) *loader {
-	l := &loader{queue: queue, rate: cfg.Rate, partitions: cfg.Partitions, total: cfg.Events(),
-		start: start, tl: tl, stats: newCounters()}
+	l := &loader{queue: queue, rate: cfg.Rate, partitions: cfg.Partitions, planned: cfg.Events(),
+		start: start, tl: tl, stats: newCounters(), ended: make(chan struct{})}
 	for _, s := range sidecars {
 		l.producers = append(l.producers, &producer{l: l, sc: s, wake: make(chan struct{}, 1)})
 	}
@@ -71,9 +82,12 @@ func (l *loader) run(ctx context.Context) {
 	wg.Wait()
 }
 
-// generate hands event k to its producer at start + k/rate.
+// generate hands event k to its producer at start + k/rate, until the
+// planned events are out and nothing holds the traffic.
 func (l *loader) generate(ctx context.Context) {
 	defer func() {
+		l.endedAt.Store(int64(time.Since(l.start)))
+		close(l.ended)
 		for _, p := range l.producers {
 			p.close()
 		}
@@ -81,17 +95,52 @@ func (l *loader) generate(ctx context.Context) {
 	var next int64
 	t := time.NewTicker(generateEvery)
 	defer t.Stop()
-	for next < l.total {
-		due := min(l.total, int64(time.Since(l.start).Seconds()*float64(l.rate))+1)
+	for {
+		due := int64(time.Since(l.start).Seconds()*float64(l.rate)) + 1
+		if !l.held() {
+			due = min(due, max(l.planned, next))
+		}
+		// Counted before they go out, so an auditor never sees an event
+		// that is not counted yet.
+		l.generated.Store(max(due, next))
 		for ; next < due; next++ {
 			p := int(next % int64(l.partitions))
 			l.producers[p%len(l.producers)].enqueue(next)
+		}
+		if next >= l.planned && !l.held() {
+			return
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// held tells whether a planned fault still needs the traffic.
+func (l *loader) held() bool {
+	if l.hold == nil {
+		return false
+	}
+	select {
+	case <-l.hold:
+		return false
+	default:
+		return true
+	}
+}
+
+// events is the number of events generated; final once run returned.
+func (l *loader) events() int64 { return l.generated.Load() }
+
+// hasEnded tells whether the loader stopped generating events.
+func (l *loader) hasEnded() bool {
+	select {
+	case <-l.ended:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -266,4 +315,15 @@ func countStatus(res []queenside.PushResult, status string) int64 {
 		}
 	}
 	return n
+}
+
+// extension says, once the loader is done, how far it pushed past
+// --duration and why; "" when it did not.
+func (l *loader) extension(d time.Duration) string {
+	extra := l.events() - l.planned
+	if extra <= 0 {
+		return ""
+	}
+	past := time.Duration(l.endedAt.Load()) - d
+	return fmt.Sprintf("pushed %.1f s past --duration (%d events more), until the last consumer fault had been carried out", past.Seconds(), extra)
 }

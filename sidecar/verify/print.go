@@ -25,8 +25,12 @@ func printHeader(out io.Writer, rep *Report, plan []plannedFault) {
 	if len(faults) == 0 {
 		faults = []string{"none"}
 	}
-	fmt.Fprintf(out, "  faults: %s (PostgreSQL down %v each, with %d more sidecar kills inside; sidecars down %v each)\n\n",
+	fmt.Fprintf(out, "  faults: %s (PostgreSQL down %v each, with %d more sidecar kills inside; sidecars down %v each)\n",
 		strings.Join(faults, ", "), c.PGDown, c.OutageKills, c.SidecarDown)
+	if fewer := c.scaledCounts(plan); len(fewer) > 0 {
+		fmt.Fprintf(out, "  fewer than the counts, so that they fit in %gs of traffic one after another: %s\n", c.Duration.Seconds(), strings.Join(fewer, ", "))
+	}
+	fmt.Fprintln(out)
 }
 
 func printReport(out io.Writer, rep *Report) {
@@ -46,8 +50,11 @@ func printReport(out io.Writer, rep *Report) {
 	tw.Flush()
 
 	lc := rep.Loader.Counts
-	fmt.Fprintf(out, "\nloader: %d of %d events pushed in %d requests: %d queued, %d buffered, %d duplicate (retries%s)\n",
-		rep.Loader.Confirmed, rep.Loader.Events, lc["requests"], lc["queued"], lc["buffered"], lc["duplicate"], retryText(lc, "retry:"))
+	fmt.Fprintf(out, "\nloader: %d of %d events pushed in %d requests over %.1f s: %d queued, %d buffered, %d duplicate (retries%s)\n",
+		rep.Loader.Confirmed, rep.Loader.Events, lc["requests"], rep.Loader.PushedSeconds, lc["queued"], lc["buffered"], lc["duplicate"], retryText(lc, "retry:"))
+	if rep.Loader.Extended != "" {
+		fmt.Fprintf(out, "  the loader %s\n", rep.Loader.Extended)
+	}
 	for _, q := range rep.Queues {
 		if t := retryText(q.Counts, "retry:"); t != ": none" {
 			fmt.Fprintf(out, "%s retries%s\n", q.Consumer, t)
@@ -82,6 +89,7 @@ func printReport(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "\n%s: %d duplicates, %d gaps, %d order violations over all queues; %d of %d events through all %d stages to the checker; %d redeliveries; %d faults injected; drained %v in %.1f s\n",
 		verdict, rep.Duplicates, rep.Gaps, rep.OrderViolations, checker.Verified, checker.Events, rep.Config.Stages,
 		rep.Redeliveries, len(rep.Faults)-faultErrors(rep), rep.Drained, rep.DrainSeconds)
+	fmt.Fprintln(out, verdictRule)
 }
 
 // retryText lists the counters under prefix: ": unavailable 12, connection 3".

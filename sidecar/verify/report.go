@@ -64,6 +64,10 @@ type LoaderReport struct {
 	Events    int64            `json:"events"`
 	Confirmed int64            `json:"confirmed"` // answered queued, duplicate or buffered
 	Counts    map[string]int64 `json:"counts"`    // statuses, requests, retries by code
+	// PushedSeconds is how long the loader generated events; past
+	// --duration, Extended says how far and why.
+	PushedSeconds float64 `json:"pushedSeconds"`
+	Extended      string  `json:"extended,omitempty"`
 }
 
 // SpoolReport is what the spools went through. Buffered and Replayed are

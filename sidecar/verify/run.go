@@ -23,7 +23,6 @@ type run struct {
 	cfg    Config
 	runID  string
 	seed   int64
-	total  int64
 	start  time.Time
 	out    io.Writer
 	cl     *cluster
@@ -83,7 +82,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 	rep.Conditions = conditions(ctx, cl)
-	r := &run{cfg: cfg, runID: rep.RunID, seed: seed, total: cfg.Events(), out: out, cl: cl, vl: newViolationLog()}
+	r := &run{cfg: cfg, runID: rep.RunID, seed: seed, out: out, cl: cl, vl: newViolationLog()}
 	if err := r.configureQueues(ctx); err != nil {
 		return rep, err
 	}
@@ -149,11 +148,13 @@ func (r *run) assemble(start time.Time) {
 		} else {
 			g.label, g.lat = "checker", r.lat
 		}
-		g.audit = newAuditor(i, g.label, r.total, r.cfg.Partitions, r.vl)
+		g.audit = newAuditor(i, g.label, r.cfg.Events(), r.cfg.Partitions, r.vl)
+		g.audit.pushed = r.loader.events
 		r.groups = append(r.groups, g)
 	}
 	r.inj = &injector{cfg: r.cfg, cl: r.cl, groups: r.groups, loader: r.loader,
-		rng: mrand.New(mrand.NewPCG(uint64(r.seed), 0x5eed)), start: start, out: r.out}
+		rng: mrand.New(mrand.NewPCG(uint64(r.seed), 0x5eed)), start: start, out: r.out, traffic: make(chan struct{})}
+	r.loader.hold = r.inj.traffic
 }
 
 // execute runs the pipeline and the faults, then drains. It returns the
@@ -175,7 +176,11 @@ func (r *run) execute(ctx context.Context, plan []plannedFault) (pipelineState, 
 	var faults sync.WaitGroup
 	faults.Go(func() { r.inj.run(ctx, plan) })
 	r.loader.run(ctx)
-	fmt.Fprintf(r.out, "%7.1fs  the loader has pushed all %d events\n", time.Since(r.start).Seconds(), r.loader.confirmed.Load())
+	ext := r.loader.extension(r.cfg.Duration)
+	if ext != "" {
+		ext = "; it " + ext
+	}
+	fmt.Fprintf(r.out, "%7.1fs  the loader has pushed all %d events%s\n", time.Since(r.start).Seconds(), r.loader.confirmed.Load(), ext)
 	faults.Wait()
 
 	began := time.Now()

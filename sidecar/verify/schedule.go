@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -46,20 +47,24 @@ type plannedFault struct {
 }
 
 // schedule returns the faults of the run in time order: the explicit
-// --faults list when given, else the counts spread over the run.
+// --faults list when given, else the counts fitted to the traffic. Either
+// is refused when what was asked for does not fit.
 func (c Config) schedule() ([]plannedFault, error) {
-	if strings.TrimSpace(c.Faults) != "" {
-		return parseSchedule(c.Faults, c.Duration)
+	if c.explicitSchedule() {
+		plan, err := parseSchedule(c.Faults, c.Duration)
+		if err != nil {
+			return nil, err
+		}
+		return plan, c.checkTraffic(plan)
 	}
-	return spreadFaults(map[FaultKind]int{
-		FaultSidecarKill:  c.SidecarKills,
-		FaultSidecarTerm:  c.SidecarTerms,
-		FaultPGRestart:    c.PGRestarts,
-		FaultPGFailover:   c.PGFailovers,
-		FaultConsumerKill: c.ConsumerKills,
-		FaultLeaseExpiry:  c.LeaseExpiries,
-	}, c.Duration), nil
+	counts, err := c.fitCounts()
+	if err != nil {
+		return nil, err
+	}
+	return c.spreadFaults(counts), nil
 }
+
+func (c Config) explicitSchedule() bool { return strings.TrimSpace(c.Faults) != "" }
 
 // hasFailovers tells whether the run fails PostgreSQL over to a standby.
 func (c Config) hasFailovers() (bool, error) {
@@ -99,38 +104,47 @@ func parseSchedule(s string, d time.Duration) ([]plannedFault, error) {
 	return out, nil
 }
 
-// spreadFaults places every fault in its own slot, the slots evenly spaced
-// over the run, and spreads each kind evenly: the j-th of n faults of a kind
-// wants to be at fraction (j+½)/n of the run, and the slots are handed out
-// in the order of those wishes. So two PostgreSQL restarts land near a
-// quarter and three quarters of the run, not side by side.
-func spreadFaults(counts map[FaultKind]int, d time.Duration) []plannedFault {
+// spreadFaults orders the faults and times them. The consumer faults come
+// first: they are the ones that need the loader pushing, and no slow
+// PostgreSQL fault can then delay them past it. Within each of those two
+// groups each kind is spread over its own count: the j-th of n faults of a
+// kind wants fraction (j+½)/n of the run, and the faults go in the order of
+// those wishes, so two PostgreSQL restarts are not side by side. Every fault
+// is given its estimated time (faultCost) and the time left over is shared
+// evenly between the gaps, inside the margins, so the last fault is done
+// before the loader stops.
+func (c Config) spreadFaults(counts map[FaultKind]int) []plannedFault {
 	type wish struct {
 		frac float64
 		kind FaultKind
 	}
 	var wishes []wish
+	var busy time.Duration
 	for _, k := range FaultKinds() {
 		n := counts[k]
 		for j := range n {
 			wishes = append(wishes, wish{(float64(j) + 0.5) / float64(n), k})
+			busy += c.faultCost(k)
 		}
 	}
 	slices.SortStableFunc(wishes, func(a, b wish) int {
-		switch {
-		case a.frac < b.frac:
-			return -1
-		case a.frac > b.frac:
+		if ta, tb := needsTraffic(a.kind), needsTraffic(b.kind); ta != tb {
+			if ta {
+				return -1
+			}
 			return 1
 		}
-		return 0
+		return cmp.Compare(a.frac, b.frac)
 	})
+	margin := trafficMargin(c.Duration)
+	gap := max(c.Duration-2*margin-busy, 0) / time.Duration(len(wishes)+1)
 	out := make([]plannedFault, len(wishes))
+	at := margin
 	for i, w := range wishes {
-		// Slots from 1/(n+1) to n/(n+1) of the run: nothing at the very
-		// start, when the pipeline fills, or at the end, when it drains.
-		at := time.Duration(float64(d) * float64(i+1) / float64(len(wishes)+1))
-		out[i] = plannedFault{At: at.Round(100 * time.Millisecond), Kind: w.kind}
+		at += gap
+		// Truncated, so a fault never starts later than its share allows.
+		out[i] = plannedFault{At: at.Truncate(100 * time.Millisecond), Kind: w.kind}
+		at += c.faultCost(w.kind)
 	}
 	return out
 }

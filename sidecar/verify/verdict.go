@@ -2,8 +2,14 @@ package verify
 
 import "fmt"
 
+// verdictRule is printed under the verdict.
+const verdictRule = "(a run passes when every queue holds every event once and in order, nothing unexpected was answered, every planned fault was carried out and the pipeline drained; " +
+	"a consumer fault always has traffic to act on, since the loader pushes past --duration until the last one is carried out)"
+
 // passed is the verdict: no violation, no unexpected error, every fault
-// carried out, drained, and not interrupted.
+// carried out, drained, and not interrupted. A fault that was not carried
+// out fails the run, whatever the reason: the run did not test what it
+// said it would.
 func passed(rep *Report, interrupted bool) bool {
 	return !interrupted && rep.Drained && len(rep.Violations) == 0 && rep.Unexpected == 0 && faultErrors(rep) == 0
 }
@@ -12,6 +18,16 @@ func faultErrors(rep *Report) int {
 	n := 0
 	for _, f := range rep.Faults {
 		if f.Error != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func trafficEnded(rep *Report) int {
+	n := 0
+	for _, f := range rep.Faults {
+		if f.Error == errTrafficEnded.Error() {
 			n++
 		}
 	}
@@ -29,7 +45,11 @@ func failureSummary(rep *Report) string {
 		parts = append(parts, fmt.Sprintf("%d unexpected errors", rep.Unexpected))
 	}
 	if n := faultErrors(rep); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d faults not carried out as planned", n))
+		s := fmt.Sprintf("%d faults not carried out as planned", n)
+		if late := trafficEnded(rep); late > 0 {
+			s += fmt.Sprintf(" (%d of them because the traffic had ended)", late)
+		}
+		parts = append(parts, s)
 	}
 	if !rep.Drained {
 		parts = append(parts, "the pipeline did not drain")

@@ -58,9 +58,14 @@ func TestVerifyWithFaults(t *testing.T) {
 	if !rep.Passed || rep.Duplicates != 0 || rep.Gaps != 0 || rep.OrderViolations != 0 {
 		t.Fatalf("passed %v: %d duplicates, %d gaps, %d order violations", rep.Passed, rep.Duplicates, rep.Gaps, rep.OrderViolations)
 	}
+	// The loader pushes past --duration only while a consumer fault waits.
+	events := rep.Loader.Events
+	if events < cfg.Events() || (events > cfg.Events()) != (rep.Loader.Extended != "") {
+		t.Errorf("loader: %d events of %d planned, extended %q", events, cfg.Events(), rep.Loader.Extended)
+	}
 	for _, q := range rep.Queues {
-		if q.Verified != cfg.Events() || q.Events != cfg.Events() {
-			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, cfg.Events())
+		if q.Verified != events || q.Events != events {
+			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, events)
 		}
 	}
 	// One of each kind, and the outage's own kills: one while PostgreSQL
@@ -87,7 +92,7 @@ func TestVerifyWithFaults(t *testing.T) {
 	if rep.Redeliveries == 0 {
 		t.Error("no redelivery observed")
 	}
-	if rep.Latency == nil || rep.Latency.Count != cfg.Events() {
+	if rep.Latency == nil || rep.Latency.Count != events {
 		t.Errorf("latency %+v", rep.Latency)
 	}
 

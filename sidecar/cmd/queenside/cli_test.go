@@ -231,3 +231,23 @@ func operateQueues(t *testing.T, bin, dir string) {
 		t.Fatalf("groups --delete:\n%s", out)
 	}
 }
+
+// TestVerifyRefusesWhatDoesNotFit: fault counts given that cannot fit in the
+// traffic are refused at once, in one line naming what fits, before any
+// PostgreSQL or sidecar is started.
+func TestVerifyRefusesWhatDoesNotFit(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	began := time.Now()
+	out, err := runCLI(t, bin, dir, "", "verify", "--duration", "150s", "--rate", "3000", "--partitions", "500", "--pg-failovers", "6")
+	want := "verify: 6 pg-failover faults do not fit in 150s of traffic: at most 3 fit (each needs about 40 s); lower --pg-failovers or raise --duration\n"
+	if err == nil || out != want {
+		t.Fatalf("%v\n%q\nwant %q", err, out, want)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("the refusal took %v: something was started", took)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the refused run left %d files in its directory", len(entries))
+	}
+}

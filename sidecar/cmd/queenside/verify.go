@@ -13,6 +13,10 @@ func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "check exactly-once, in-order delivery through a pipeline of queues while sidecars and PostgreSQL are killed; starts its own PostgreSQL and sidecars",
+		Description: "Faults run one after another, each given about the time it takes (a failover or a PostgreSQL restart tens of seconds), " +
+			"the consumer faults first, all within --duration. A fault count not given is the most the run places: fewer when they do not fit. " +
+			"A count given that does not fit, or a --faults schedule whose consumer faults would run out of traffic, is refused before anything starts. " +
+			"Should faults overrun, the loader pushes past --duration until the last consumer fault is carried out.",
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "sidecars", Value: d.Sidecars, Usage: "sidecar processes on the one database"},
 			&cli.IntFlag{Name: "stages", Value: d.Stages, Usage: "stages between the loader and the checker (queues: stages + 1)"},
@@ -78,6 +82,11 @@ func runVerify(c *cli.Context) error {
 		SidecarBinary: c.String("sidecar-binary"),
 		KeepFiles:     c.Bool("keep-files"),
 		Logger:        log,
+	}
+	for _, k := range verify.FaultKinds() {
+		if c.IsSet(verify.CountFlag(k)) {
+			cfg.ExactCounts = append(cfg.ExactCounts, k)
+		}
 	}
 	ctx, stop := signalContext()
 	defer stop()
