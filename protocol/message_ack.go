@@ -1,0 +1,21 @@
+package protocol
+
+import "strings"
+
+// Completed is the ack item that completes m, a message pop delivered
+// under a lease: it names the message by lease and offset, as revision 1.2
+// says a client sends a popped message given to ack.
+func (m Message) Completed() AckItem {
+	off := m.Offset
+	return AckItem{LeaseID: m.LeaseID, Offset: &off, Status: AckCompleted}
+}
+
+// Failed is the ack item that reports m failed: it is delivered again and
+// its retry budget charged; reason is kept with it if it is dead-lettered.
+func (m Message) Failed(reason string) AckItem {
+	off := m.Offset
+	// The sidecar refuses an error text that is not UTF-8 or holds a NUL,
+	// and the whole ack with it: a reason must never cost the ack.
+	text := strings.ReplaceAll(strings.ToValidUTF8(reason, "\uFFFD"), "\x00", "\uFFFD")
+	return AckItem{LeaseID: m.LeaseID, Offset: &off, Status: AckFailed, Error: text}
+}
