@@ -39,16 +39,18 @@ class QueueOptions:
     encrypt_payloads: bool = False
 
     def to_wire(self) -> Dict[str, Any]:
-        return {
-            "leaseSeconds": self.lease_seconds,
-            "retryLimit": self.retry_limit,
-            "dedupWindowSeconds": self.dedup_window_seconds,
-            "retentionSeconds": self.retention_seconds,
-            "completedRetentionSeconds": self.completed_retention_seconds,
-            "delaySeconds": self.delay_seconds,
-            "consumptionPaused": self.consumption_paused,
-            "encryptPayloads": self.encrypt_payloads,
-        }
+        wire: Dict[str, Any] = {}
+        wire["leaseSeconds"] = self.lease_seconds
+        wire["retryLimit"] = self.retry_limit
+        wire["dedupWindowSeconds"] = self.dedup_window_seconds
+        wire["retentionSeconds"] = self.retention_seconds
+        wire["completedRetentionSeconds"] = self.completed_retention_seconds
+        wire["delaySeconds"] = self.delay_seconds
+        if self.consumption_paused:
+            wire["consumptionPaused"] = self.consumption_paused
+        if self.encrypt_payloads:
+            wire["encryptPayloads"] = self.encrypt_payloads
+        return wire
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "QueueOptions":
