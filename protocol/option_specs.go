@@ -17,6 +17,9 @@ type OptionSpec struct {
 	Default int64  // 0 or 1 for a flag
 	Min     int64
 	Max     int64
+	// OmitEmpty: the Go encoding leaves the option out when it is zero
+	// (false); clients that do the same send the same bytes.
+	OmitEmpty bool
 }
 
 // OptionSpecs lists the queue options in the order of QueueOptions' fields.
@@ -26,8 +29,8 @@ func OptionSpecs() []OptionSpec {
 	specs := make([]OptionSpec, 0, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("msgpack"), ",")
-		s := OptionSpec{Name: name, Field: f.Name}
+		name, flags, _ := strings.Cut(f.Tag.Get("msgpack"), ",")
+		s := OptionSpec{Name: name, Field: f.Name, OmitEmpty: strings.Contains(flags, "omitempty")}
 		switch f.Type.Kind() {
 		case reflect.Bool:
 			s.Bool, s.Max = true, 1

@@ -52,11 +52,16 @@ class QueueOptions:
 			fmt.Fprintf(&b, "    %s: int = %d  # %s\n", PythonName(s.Name), s.Default, rangeText(s))
 		}
 	}
-	b.WriteString("\n    def to_wire(self) -> Dict[str, Any]:\n        return {\n")
+	// The keys in the order, and with the omissions, of the Go encoding,
+	// so that both send the same bytes (the golden frames check it).
+	b.WriteString("\n    def to_wire(self) -> Dict[str, Any]:\n        wire: Dict[str, Any] = {}\n")
 	for _, s := range specs {
-		fmt.Fprintf(&b, "            %q: self.%s,\n", s.Name, PythonName(s.Name))
+		if s.OmitEmpty {
+			fmt.Fprintf(&b, "        if self.%s:\n    ", PythonName(s.Name))
+		}
+		fmt.Fprintf(&b, "        wire[%q] = self.%s\n", s.Name, PythonName(s.Name))
 	}
-	b.WriteString(`        }
+	b.WriteString(`        return wire
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "QueueOptions":
