@@ -15,6 +15,10 @@ type QueueOptions struct {
 	// EncryptPayloads seals the payloads of messages pushed while it is
 	// true, under the sidecar's writing key (revision 1.1).
 	EncryptPayloads bool `msgpack:"encryptPayloads,omitempty" json:"encryptPayloads"`
+	// MaxDeliveries, when above 0, dead-letters a message delivered that
+	// many times under a lease without being acked (revision 1.2); 0 keeps
+	// the seed's rule that a crash charges nothing.
+	MaxDeliveries int `msgpack:"maxDeliveries,omitempty" json:"maxDeliveries"`
 }
 
 // DefaultQueueOptions are the options of a queue created by its first push.
@@ -37,6 +41,8 @@ var optionRanges = map[string][2]int64{
 	"retentionSeconds":          {0, 10 * 365 * 86400},
 	"completedRetentionSeconds": {0, 10 * 365 * 86400},
 	"delaySeconds":              {0, 7 * 86400},
+	// A cursor remembers its last thousand leases (queenside.pop_many).
+	"maxDeliveries": {0, 1000},
 }
 
 // ConfigureArgs sets a queue's options, creating the queue if needed.
@@ -143,6 +149,8 @@ func (o *QueueOptions) field(name string) *int {
 		return &o.CompletedRetentionSeconds
 	case "delaySeconds":
 		return &o.DelaySeconds
+	case "maxDeliveries":
+		return &o.MaxDeliveries
 	}
 	return nil
 }

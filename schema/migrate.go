@@ -85,6 +85,9 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckSession(ctx, conn); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
 	// Sidecars starting together on a migrated database, the usual case,
 	// find it so without queueing on the lock, each holding a connection.
 	if upToDate(ctx, conn, ms) {

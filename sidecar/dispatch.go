@@ -28,7 +28,7 @@ func (s *Server) operations() map[string]opSpec {
 	return map[string]opSpec{
 		protocol.OpHello:       {fn: s.opHello, local: true},
 		protocol.OpHealth:      {fn: s.opHealth, local: true, duringDrain: true},
-		protocol.OpPush:        {fn: s.opPush, local: true}, // spooled until the schema is ready
+		protocol.OpPush:        {fn: s.opPush, local: true}, // waits for the schema itself, or spools
 		protocol.OpConfigure:   {fn: s.opConfigure},
 		protocol.OpQueues:      {fn: s.opQueues},
 		protocol.OpStats:       {fn: s.opStats},
@@ -54,9 +54,6 @@ func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, e
 	if s.draining.Load() && !spec.duringDrain {
 		return nil, protocol.Errorf(protocol.CodeDraining, "the sidecar is shutting down; retry on another")
 	}
-	if !spec.local && !s.ready.Load() {
-		return nil, protocol.Errorf(protocol.CodeUnavailable, "the database schema is not ready yet")
-	}
 	ctx := s.baseCtx
 	if spec.waits {
 		ctx = connCtx
@@ -65,6 +62,11 @@ func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, e
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)
 		defer cancel()
+	}
+	if !spec.local {
+		if err := s.awaitReady(ctx); err != nil {
+			return nil, err
+		}
 	}
 	res, err := spec.fn(ctx, req.Args)
 	if err != nil && ctx.Err() == context.DeadlineExceeded {

@@ -68,10 +68,16 @@ func (s *Server) push(ctx context.Context, args protocol.PushArgs) (protocol.Pus
 		return protocol.PushReply{Results: results}, nil
 	}
 	if s.buffer == nil {
-		if !s.ready.Load() {
-			return protocol.PushReply{}, protocol.Errorf(protocol.CodeUnavailable, "the database schema is not ready yet")
+		if err := s.awaitReady(ctx); err != nil {
+			return protocol.PushReply{}, err
 		}
 		return s.pushToDatabase(ctx, msgs, positions, results)
+	}
+	// While the sidecar starts, a push waits for the schema as any request
+	// does; one that is not ready in time is spooled, as is every push
+	// while PostgreSQL is known to be unreachable.
+	if !s.ready.Load() && !s.databaseDown() {
+		_ = s.waitReady(ctx, pushReadyWait(ctx)) // not ready in time: spooled below
 	}
 	// Items go to the spool while PostgreSQL is known to be unreachable (or
 	// not yet migrated), and while their partition has spooled items that

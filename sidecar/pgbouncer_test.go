@@ -266,3 +266,70 @@ func TestWithoutAListenerPopsAreWokenByLooking(t *testing.T) {
 		t.Fatalf("%d listeners (%v), want none", listeners, err)
 	}
 }
+
+// Given a transaction pooler as their only URL, sidecars started together
+// each refuse to start, at once, with the same one line naming the flag to
+// set: never a driver error, whichever server connection the pooler hands
+// out. `queenside migrate` refuses the pooler too. With the session URL
+// set apart, the same sidecars serve.
+func TestThePoolerAsTheOnlyURLIsRefusedWithTheFlagToSet(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	bouncer := startPgBouncer(t, dbURL, 2)
+	const sidecars = 3
+	outputs := make(chan string, sidecars)
+	for range sidecars {
+		go func() {
+			dir := shortTempDir(t)
+			cmd := exec.Command(queensideBinary(t), "serve", "--socket", filepath.Join(dir, "qs.sock"),
+				"--database-url", bouncer, "--spool-dir", filepath.Join(dir, "spool"), "--log-level", "warn")
+			done := make(chan struct{})
+			var out []byte
+			var err error
+			go func() { out, err = cmd.CombinedOutput(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill() //nolint:errcheck // it failed to stop
+				<-done
+				outputs <- "still running after 30 s:\n" + string(out)
+				return
+			}
+			if err == nil {
+				outputs <- "exited with status 0:\n" + string(out)
+				return
+			}
+			outputs <- string(out)
+		}()
+	}
+	const want = "queenside: --database-url leads to a connection pooler, not to PostgreSQL itself"
+	for range sidecars {
+		out := <-outputs
+		last := lastLine(out)
+		if !strings.HasPrefix(last, want) || !strings.Contains(last, "set --session-database-url to PostgreSQL itself") {
+			t.Errorf("a sidecar on the pooler's URL alone ended with %q, want the line naming --session-database-url; output:\n%s", last, out)
+		}
+		for _, bad := range []string{"SQLSTATE", "stmtcache", "panic"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("the output holds %q:\n%s", bad, out)
+			}
+		}
+	}
+
+	out, err := exec.Command(queensideBinary(t), "migrate", "--database-url", bouncer).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "the connection leads to a connection pooler") {
+		t.Errorf("migrate through the pooler: %v\n%s", err, out)
+	}
+
+	// The same pooler for pushes, pops and acks, PostgreSQL for the session.
+	for range 2 {
+		p := startServe(t, bouncer, "--session-database-url", dbURL)
+		c := dialClient(t, p.socket)
+		mustPush(t, c, item(t, "pooled", "p", "", "x"))
+	}
+}
+
+// lastLine is the last line of out that is not empty.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}

@@ -136,8 +136,8 @@ func Run(ctx context.Context, cfg Config) error {
 	backgroundDone := make(chan struct{})
 	go func() {
 		defer close(backgroundDone)
-		if err := migrateUntilDone(background, st, log); err != nil {
-			errc <- err
+		if err := migrateUntilDone(background, st, log, srv.noteStartupError); err != nil {
+			errc <- explainPooler(err, cfg)
 			return
 		}
 		// The control state is read before the first push reaches the
@@ -196,13 +196,16 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // migrateUntilDone applies migrations, retrying while the database cannot
-// be reached. Any other failure is fatal: the schema is wrong.
-func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger) error {
+// be reached. Any other failure is fatal: the schema is wrong. Each
+// attempt's outcome goes to note, so that requests waiting meanwhile can
+// say why.
+func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger, note func(error)) error {
 	backoff := 250 * time.Millisecond
 	for {
 		mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		applied, err := st.Migrate(mctx)
 		cancel()
+		note(err)
 		if err == nil {
 			if len(applied) > 0 {
 				log.Info("migrated the schema", "applied", applied)
@@ -232,6 +235,22 @@ func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger) er
 		}
 		backoff = min(2*backoff, 10*time.Second)
 	}
+}
+
+// explainPooler turns a refusal to migrate through a connection pooler
+// into what to do about it, naming the flag to set.
+func explainPooler(err error, cfg Config) error {
+	var pe *schema.PoolerError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	const why = "migrations, the janitor's lock and LISTEN need a session, which a pooler in transaction mode does not keep"
+	if s := cfg.Database.SessionURL; s != "" && s != cfg.DatabaseURL {
+		return fmt.Errorf("--session-database-url leads to a connection pooler, not to PostgreSQL itself %s; %s: set it to PostgreSQL itself",
+			pe.Evidence(), why)
+	}
+	return fmt.Errorf("--database-url leads to a connection pooler, not to PostgreSQL itself %s; %s: "+
+		"set --session-database-url to PostgreSQL itself (the pooler stays right for --database-url)", pe.Evidence(), why)
 }
 
 // readControlUntilDone reads the control state, retrying while the

@@ -59,15 +59,21 @@ type Server struct {
 
 	// baseCtx outlives connections, so a push whose client hung up still
 	// finishes its transaction; only Close cancels it.
-	baseCtx  context.Context
-	cancel   context.CancelFunc
-	ready    atomic.Bool // the schema is migrated and the store may be used
-	draining atomic.Bool
-	drained  chan struct{} // closed when draining begins: ends long-polls
-	wakes    *wakeHub
-	control  *control // maintenance and paused queues, as this sidecar applies them
-	pops     *popHub
-	active   atomic.Int64 // requests being served, across connections
+	baseCtx context.Context
+	cancel  context.CancelFunc
+	ready   atomic.Bool // the schema is migrated and the store may be used
+	// readyCh is closed when ready becomes true (readyOnce), for the
+	// requests waiting for it; startupErr is why the last attempt to
+	// migrate failed (nil when it did not).
+	readyCh    chan struct{}
+	readyOnce  sync.Once
+	startupErr atomic.Pointer[error]
+	draining   atomic.Bool
+	drained    chan struct{} // closed when draining begins: ends long-polls
+	wakes      *wakeHub
+	control    *control // maintenance and paused queues, as this sidecar applies them
+	pops       *popHub
+	active     atomic.Int64 // requests being served, across connections
 	// lastRequest is when a request was last read (Unix nanoseconds): a
 	// drain waits for a quiet moment, so that requests already on their way
 	// are answered (draining) rather than cut off.
@@ -105,6 +111,7 @@ func New(st *store.Store, opts Options) *Server {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		drained:   make(chan struct{}),
+		readyCh:   make(chan struct{}),
 		wakes:     newWakeHub(),
 		control:   newControl(),
 	}
@@ -118,16 +125,6 @@ func New(st *store.Store, opts Options) *Server {
 	go s.runControl(ctx)
 	return s
 }
-
-// SetReady marks the schema as migrated: operations that need the database
-// are served from now on.
-func (s *Server) SetReady() {
-	s.ready.Store(true)
-	s.control.nudge()
-}
-
-// Ready reports whether the schema is migrated.
-func (s *Server) Ready() bool { return s.ready.Load() }
 
 // ID is this sidecar's identity, announced by hello.
 func (s *Server) ID() string { return s.id }

@@ -3,7 +3,9 @@ package sidecar
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/buffer"
@@ -18,8 +20,20 @@ func TestUnreachableDatabaseAnswersUnavailable(t *testing.T) {
 	c := dialClient(t, socket)
 	ctx := testContext(t)
 
-	if _, err := c.Push(ctx, item(t, "q", "p", "tx", 1)); !isCode(err, protocol.CodeUnavailable) {
+	// As Run does: the attempt to migrate found PostgreSQL unreachable, so
+	// requests are answered at once rather than waiting for the schema.
+	_, err := srv.store.Migrate(ctx)
+	if !store.IsUnavailable(err) {
+		t.Fatalf("migrate without a database: %v, want unreachable", err)
+	}
+	srv.noteStartupError(err)
+	start := time.Now()
+	if _, err := c.Push(ctx, item(t, "q", "p", "tx", 1)); !isCode(err, protocol.CodeUnavailable) ||
+		!strings.Contains(err.Error(), "not ready yet") {
 		t.Fatalf("push before the schema is ready: %v, want unavailable", err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Fatalf("the push waited %v for a schema that cannot be migrated while the database is unreachable", waited)
 	}
 	h, err := c.Health(ctx)
 	if err != nil || h.Status != protocol.HealthUnavailable || h.Database.OK || h.Database.Error == "" {

@@ -14,11 +14,11 @@ import (
 var ErrQueueNotFound = errors.New("store: queue not found")
 
 const optionColumns = `lease_seconds, retry_limit, dedup_window_seconds,
-	retention_seconds, completed_retention_seconds, delay_seconds, consumption_paused, encrypt_payloads`
+	retention_seconds, completed_retention_seconds, delay_seconds, consumption_paused, encrypt_payloads, max_deliveries`
 
 func scanOptions(o *protocol.QueueOptions) []any {
 	return []any{&o.LeaseSeconds, &o.RetryLimit, &o.DedupWindowSeconds,
-		&o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.DelaySeconds, &o.ConsumptionPaused, &o.EncryptPayloads}
+		&o.RetentionSeconds, &o.CompletedRetentionSeconds, &o.DelaySeconds, &o.ConsumptionPaused, &o.EncryptPayloads, &o.MaxDeliveries}
 }
 
 // Configure replaces every option of a queue, creating it if needed, and
@@ -31,7 +31,7 @@ func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOpt
 		WITH before AS (SELECT consumption_paused, encrypt_payloads FROM queenside.queues WHERE name = $1),
 		done AS (
 			INSERT INTO queenside.queues (name, `+optionColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 			ON CONFLICT (name) DO UPDATE SET
 				lease_seconds = excluded.lease_seconds,
 				retry_limit = excluded.retry_limit,
@@ -40,7 +40,8 @@ func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOpt
 				completed_retention_seconds = excluded.completed_retention_seconds,
 				delay_seconds = excluded.delay_seconds,
 				consumption_paused = excluded.consumption_paused,
-				encrypt_payloads = excluded.encrypt_payloads
+				encrypt_payloads = excluded.encrypt_payloads,
+				max_deliveries = excluded.max_deliveries
 			RETURNING `+optionColumns+`)
 		SELECT `+optionColumns+`,
 		       (SELECT count(*) FROM (SELECT pg_notify('`+WakeChannel+`', '`+ControlPayload+`')
@@ -48,7 +49,7 @@ func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOpt
 		                                  OR coalesce((SELECT encrypt_payloads FROM before), false) <> $9) n)
 		  FROM done`,
 		queue, o.LeaseSeconds, o.RetryLimit, o.DedupWindowSeconds,
-		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, o.ConsumptionPaused, o.EncryptPayloads,
+		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, o.ConsumptionPaused, o.EncryptPayloads, o.MaxDeliveries,
 	).Scan(append(scanOptions(&got), new(int64))...)
 	if err != nil {
 		return got, fmt.Errorf("configure %s: %w", queue, err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,9 +185,14 @@ func operateQueues(t *testing.T, bin, dir string) {
 	if out := run("configure", "-q", "ops", "--lease-seconds", "30"); !strings.Contains(out, "lease 30 s, 0 retries") {
 		t.Fatalf("configure did not keep the options not given:\n%s", out)
 	}
-	if out := run("queues"); !strings.Contains(out, "ops") {
+	if out := run("configure", "-q", "ops", "--max-deliveries", "5"); !strings.Contains(out, "lease 30 s, 0 retries") ||
+		!strings.Contains(out, "at most 5 deliveries") {
+		t.Fatalf("configure --max-deliveries:\n%s", out)
+	}
+	if out := run("queues"); !strings.Contains(out, "MAX DELIVERIES") || !regexp.MustCompile(`ops +0 +30 +0 +5 `).MatchString(out) {
 		t.Fatalf("queues:\n%s", out)
 	}
+	run("configure", "-q", "ops", "--max-deliveries", "0")
 	run("push", "-q", "ops", "--payload", `{"job": 7}`, "--transaction-id", "job-7")
 	var popped struct {
 		Leases []struct {

@@ -30,30 +30,43 @@ func queuesCommand() *cli.Command {
 				return printJSON(map[string]any{"queues": qs})
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "QUEUE\tPARTITIONS\tLEASE S\tRETRIES\tDEDUP S\tRETENTION S\tCOMPLETED RETENTION S\tDELAY S\tCONSUMPTION")
+			fmt.Fprintln(tw, "QUEUE\tPARTITIONS\tLEASE S\tRETRIES\tMAX DELIVERIES\tDEDUP S\tRETENTION S\tCOMPLETED RETENTION S\tDELAY S\tCONSUMPTION")
 			for _, q := range qs {
 				o := q.Options
 				consumption := "on"
 				if o.ConsumptionPaused {
 					consumption = "paused"
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Queue, q.Partitions, o.LeaseSeconds, o.RetryLimit,
-					o.DedupWindowSeconds, o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, consumption)
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Queue, q.Partitions, o.LeaseSeconds, o.RetryLimit,
+					o.MaxDeliveries, o.DedupWindowSeconds, o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, consumption)
 			}
 			return tw.Flush()
 		},
 	}
 }
 
+// intOptions are configure's integer flags, each with the option it sets.
+var intOptions = []struct {
+	flag, usage string
+	field       func(*queenside.QueueOptions) *int
+}{
+	{"lease-seconds", "", func(o *queenside.QueueOptions) *int { return &o.LeaseSeconds }},
+	{"retry-limit", "", func(o *queenside.QueueOptions) *int { return &o.RetryLimit }},
+	{"dedup-window-seconds", "", func(o *queenside.QueueOptions) *int { return &o.DedupWindowSeconds }},
+	{"retention-seconds", "", func(o *queenside.QueueOptions) *int { return &o.RetentionSeconds }},
+	{"completed-retention-seconds", "", func(o *queenside.QueueOptions) *int { return &o.CompletedRetentionSeconds }},
+	{"delay-seconds", "", func(o *queenside.QueueOptions) *int { return &o.DelaySeconds }},
+	{"max-deliveries", "; a message delivered that many times under a lease without an ack is dead-lettered (0: never)",
+		func(o *queenside.QueueOptions) *int { return &o.MaxDeliveries }},
+}
+
 // configureCommand sets a queue's options. The protocol's configure replaces
 // every option; this command changes only the flags given, keeping the
 // others as they are (or at their defaults for a new queue).
 func configureCommand() *cli.Command {
-	options := []string{"lease-seconds", "retry-limit", "dedup-window-seconds", "retention-seconds",
-		"completed-retention-seconds", "delay-seconds"}
 	flags := append(clientFlags(), &cli.StringFlag{Name: "queue", Aliases: []string{"q"}, Required: true, Usage: "queue name"})
-	for _, o := range options {
-		flags = append(flags, &cli.IntFlag{Name: o, Usage: "set " + o + " (unchanged when not given)"})
+	for _, o := range intOptions {
+		flags = append(flags, &cli.IntFlag{Name: o.flag, Usage: "set " + o.flag + " (unchanged when not given)" + o.usage})
 	}
 	flags = append(flags,
 		&cli.BoolFlag{Name: "pause", Usage: "pause the queue's consumption: no group's pop delivers it until --resume"},
@@ -81,13 +94,9 @@ func configureCommand() *cli.Command {
 					opts = q.Options
 				}
 			}
-			for name, dst := range map[string]*int{
-				"lease-seconds": &opts.LeaseSeconds, "retry-limit": &opts.RetryLimit,
-				"dedup-window-seconds": &opts.DedupWindowSeconds, "retention-seconds": &opts.RetentionSeconds,
-				"completed-retention-seconds": &opts.CompletedRetentionSeconds, "delay-seconds": &opts.DelaySeconds,
-			} {
-				if c.IsSet(name) {
-					*dst = c.Int(name)
+			for _, o := range intOptions {
+				if c.IsSet(o.flag) {
+					*o.field(&opts) = c.Int(o.flag)
 				}
 			}
 			switch {
@@ -114,6 +123,9 @@ func configureCommand() *cli.Command {
 			}
 			if got.EncryptPayloads {
 				paused += ", payloads encrypted"
+			}
+			if got.MaxDeliveries > 0 {
+				paused += fmt.Sprintf(", at most %d deliveries", got.MaxDeliveries)
 			}
 			fmt.Printf("queue %s: lease %d s, %d retries, dedup window %d s, retention %d s, completed retention %d s, delay %d s%s\n",
 				queue, got.LeaseSeconds, got.RetryLimit, got.DedupWindowSeconds, got.RetentionSeconds,

@@ -98,6 +98,7 @@ export function optionsText(o) {
     `completed ${o.completedRetentionSeconds ? duration(o.completedRetentionSeconds) : 'off'}`,
   ];
   if (o.delaySeconds) parts.push(`delay ${duration(o.delaySeconds)}`);
+  if (o.maxDeliveries) parts.push(`max deliveries ${num(o.maxDeliveries)}`);
   return parts.join(' · ');
 }
 

@@ -109,7 +109,7 @@ const getJSON = async (path) => (await fetch(`${sidecar.url}api/${path}`)).json(
 test('the queues page shows a pushed queue with its counts, and its rate live', async () => {
   const q = uniqueQueue('orders');
   await client.push(['eu', 'us', 'apac'].flatMap((partition) => Array.from({ length: 10 }, (_, i) => ({ queue: q, partition, payload: { i } }))));
-  await client.configure(q, { retryLimit: 5, leaseSeconds: 30 });
+  await client.configure(q, { retryLimit: 5, leaseSeconds: 30, maxDeliveries: 4 });
   const page = await visit('/queues');
   const row = `#queues-table tr[data-queue="${q}"]`;
   await page.waitForSelector(row);
@@ -118,7 +118,7 @@ test('the queues page shows a pushed queue with its counts, and its rate live', 
   await waitValue(page, `${row} [data-col=pushed]`, 30);
   assert.equal(await text(page, `${row} a`), q);
   assert.equal(await page.$eval(`${row} a`, (a) => a.getAttribute('href')), `#/queues/${q}`);
-  assert.match(await text(page, `${row} .options`), /lease 30 s · retries 5/);
+  assert.match(await text(page, `${row} .options`), /lease 30 s · retries 5 .* · max deliveries 4$/);
   assert.equal(await text(page, `${row} [data-col=messages]`), '30');
 
   await mark(page);

@@ -1,0 +1,93 @@
+package sidecar
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/pgtest"
+)
+
+// migrateLock is schema's advisory lock key ("queenside" in ASCII): a test
+// that holds it keeps a starting sidecar migrating for as long as it likes.
+const migrateLock int64 = 0x717565656e73
+
+// A request that comes while the sidecar migrates waits for the schema,
+// up to its own timeoutMs or a few seconds, instead of being refused: a
+// configure sent as soon as hello answers, on a fresh database, is served
+// once the migrations are done; a push then is stored, not spooled; one
+// whose timeoutMs ends first is answered unavailable, saying why.
+func TestRequestsWaitForTheSchemaWhileTheSidecarStarts(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	ctx := testContext(t)
+	holder, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	// A fresh database, whose migration the test holds back.
+	if _, err := holder.Exec(ctx, "DROP SCHEMA queenside CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLock); err != nil {
+		t.Fatal(err)
+	}
+	p := launchSidecar(t, dbURL, filepath.Join(shortTempDir(t), "spool"))
+	raw := dialRaw(t, p.socket)
+	send := func(id uint64, op string, args any, timeoutMs uint64) {
+		body, err := protocol.AppendRequest(nil, id, op, args, timeoutMs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.sendBody(body)
+	}
+	opts := protocol.DefaultQueueOptions()
+	opts.RetryLimit = 7
+	sent := time.Now()
+	send(1, protocol.OpConfigure, protocol.ConfigureArgs{Queue: "early", Options: opts}, 0)
+	send(2, protocol.OpStats, protocol.QueueArgs{Queue: "early"}, 300)
+	send(3, protocol.OpPush, protocol.PushArgs{Items: []protocol.PushItem{item(t, "early", "p", "first", 1)}}, 0)
+
+	// The one with 300 ms is answered first, unavailable, and says why.
+	resp := raw.read()
+	if resp.ID != 2 || resp.Error == nil || resp.Error.Code != protocol.CodeUnavailable || !resp.Error.Retryable ||
+		!strings.Contains(resp.Error.Message, "not ready yet") {
+		t.Fatalf("stats with timeoutMs 300 while migrating: %+v %+v", resp, resp.Error)
+	}
+	if waited := time.Since(sent); waited < 250*time.Millisecond {
+		t.Fatalf("stats was answered after %v: it did not wait for its timeoutMs", waited)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", migrateLock); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]protocol.Response{}
+	for range 2 {
+		r := raw.read()
+		got[r.ID] = r
+	}
+	if r := got[1]; r.Error != nil {
+		t.Fatalf("configure sent while migrating: %+v", r.Error)
+	}
+	var conf protocol.ConfigureResult
+	if err := protocol.Unmarshal(got[1].Result, &conf); err != nil || conf.Options.RetryLimit != 7 {
+		t.Fatalf("configure's result: %+v %v", conf, err)
+	}
+	var push protocol.PushReply
+	if err := protocol.Unmarshal(got[3].Result, &push); err != nil || got[3].Error != nil ||
+		len(push.Results) != 1 || push.Results[0].Status != protocol.StatusQueued || push.Results[0].Offset == nil {
+		t.Fatalf("push sent while migrating: %+v %v %+v, want queued (stored, not spooled)", push, err, got[3].Error)
+	}
+
+	// Once ready, nothing waits.
+	start := time.Now()
+	send(4, protocol.OpStats, protocol.QueueArgs{Queue: "early"}, 0)
+	if r := raw.read(); r.Error != nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("stats once ready: %+v after %v", r.Error, time.Since(start))
+	}
+}
