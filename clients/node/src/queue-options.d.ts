@@ -18,6 +18,8 @@ export interface QueueOptions {
   consumptionPaused?: boolean;
   /** true or false; default false. */
   encryptPayloads?: boolean;
+  /** 0..1000; default 0. */
+  maxDeliveries?: number;
 }
 
 export interface QueueOptionRow {

@@ -12,6 +12,7 @@ export const QUEUE_OPTIONS = Object.freeze([
   Object.freeze({ name: 'delaySeconds', type: 'integer', default: 0, min: 0, max: 604800 }),
   Object.freeze({ name: 'consumptionPaused', type: 'boolean', default: false }),
   Object.freeze({ name: 'encryptPayloads', type: 'boolean', default: false }),
+  Object.freeze({ name: 'maxDeliveries', type: 'integer', default: 0, min: 0, max: 1000 }),
 ]);
 
 /** The options of a queue as the sidecar makes it (PROTOCOL.md, configure). */
@@ -24,4 +25,5 @@ export const DEFAULT_QUEUE_OPTIONS = Object.freeze({
   delaySeconds: 0,
   consumptionPaused: false,
   encryptPayloads: false,
+  maxDeliveries: 0,
 });

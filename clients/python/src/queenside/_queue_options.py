@@ -17,6 +17,7 @@ QUEUE_OPTIONS: Tuple[Tuple[str, str, Any, Optional[int], Optional[int]], ...] = 
     ("delaySeconds", "delay_seconds", 0, 0, 604800),
     ("consumptionPaused", "consumption_paused", False, None, None),
     ("encryptPayloads", "encrypt_payloads", False, None, None),
+    ("maxDeliveries", "max_deliveries", 0, 0, 1000),
 )
 
 
@@ -37,6 +38,7 @@ class QueueOptions:
     delay_seconds: int = 0  # 0..604800
     consumption_paused: bool = False
     encrypt_payloads: bool = False
+    max_deliveries: int = 0  # 0..1000
 
     def to_wire(self) -> Dict[str, Any]:
         wire: Dict[str, Any] = {}
@@ -50,6 +52,8 @@ class QueueOptions:
             wire["consumptionPaused"] = self.consumption_paused
         if self.encrypt_payloads:
             wire["encryptPayloads"] = self.encrypt_payloads
+        if self.max_deliveries:
+            wire["maxDeliveries"] = self.max_deliveries
         return wire
 
     @classmethod
@@ -65,4 +69,5 @@ class QueueOptions:
             delay_seconds=d.get("delaySeconds", base.delay_seconds),
             consumption_paused=bool(d.get("consumptionPaused", base.consumption_paused)),
             encrypt_payloads=bool(d.get("encryptPayloads", base.encrypt_payloads)),
+            max_deliveries=d.get("maxDeliveries", base.max_deliveries),
         )
