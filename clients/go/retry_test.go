@@ -231,8 +231,10 @@ func TestOtherCodesAreNotRetried(t *testing.T) {
 	}
 }
 
-// A real sidecar serves its socket before its schema is ready and answers
-// unavailable until then: configure waits it out by itself.
+// A real sidecar serves its socket before its schema is ready: a configure
+// sent then is served once it is, the caller doing nothing more (the
+// sidecar holds the request up to 5 s, and an unavailable it answers
+// meanwhile is sent again by the client).
 func TestConfigureWaitsForASidecarThatIsNotReady(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, pgtest.NewDatabase(t), nil)

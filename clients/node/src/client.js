@@ -5,6 +5,7 @@ import { consume } from './consume.js';
 import { QueensideError } from './errors.js';
 import { wireAckItem, wirePushItem } from './items.js';
 import { MessageIterator } from './message-iterator.js';
+import { DEFAULT_QUEUE_OPTIONS } from './queue-options.js';
 import { Backoff, mayRetry, pause, retryPolicy } from './retry.js';
 import { defaultSocketPath } from './socket-path.js';
 import { withTraceContext } from './tracing.js';
@@ -15,13 +16,19 @@ export const PROTOCOL_VERSION = 1;
 export const CLIENT_NAME = `queenside-node/${VERSION}`;
 
 // Generated from the sidecar's own table (queue-options.js).
-export { DEFAULT_QUEUE_OPTIONS } from './queue-options.js';
+export { DEFAULT_QUEUE_OPTIONS };
 
 // Every method's last argument may carry these two next to the
 // operation's own options; they go into the envelope, not into args.
 function split(options = {}) {
   const { signal, timeoutMs, ...rest } = options;
   return [rest, { signal, timeoutMs }];
+}
+
+// The sidecar leaves out the options that are off (consumptionPaused,
+// maxDeliveries 0...): a result names every option, as in the other clients.
+function withDefaults(options) {
+  return { ...DEFAULT_QUEUE_OPTIONS, ...options };
 }
 
 function list(value) {
@@ -136,15 +143,16 @@ export class Client extends Connection {
     return this.call('transaction', { acks: acks.map(wireAckItem), pushes: withTraceContext(pushes).map(wirePushItem) }, call);
   }
 
-  configure(queue, options) {
+  async configure(queue, options) {
     const [queueOptions, call] = split(options);
-    return this.call('configure', { queue, options: queueOptions }, call);
+    const result = await this.call('configure', { queue, options: queueOptions }, call);
+    return { ...result, options: withDefaults(result.options) };
   }
 
   async queues(options) {
     const [, call] = split(options);
     const result = await this.call('queues', {}, call);
-    return result.queues;
+    return (result.queues ?? []).map((q) => ({ ...q, options: withDefaults(q.options) }));
   }
 
   stats(queue, options) {

@@ -51,3 +51,14 @@ def test_configure_round_trips_consumption_paused(client: Client, queue: str) ->
     (info,) = [q for q in client.queues() if q.queue == queue]
     assert info.options == paused
     assert client.configure(queue) == QueueOptions()  # every default again: resumed
+
+
+def test_configure_round_trips_max_deliveries(client: Client, queue: str) -> None:
+    options = QueueOptions(max_deliveries=3, retry_limit=5)
+    assert options.to_wire()["maxDeliveries"] == 3
+    assert client.configure(queue, options) == options
+    (info,) = [q for q in client.queues() if q.queue == queue]
+    assert info.options.max_deliveries == 3
+    # configure replaces every option: without it, it is 0 again (and not sent).
+    assert "maxDeliveries" not in QueueOptions().to_wire()
+    assert client.configure(queue).max_deliveries == 0
