@@ -72,7 +72,7 @@ func WithoutRetry() Option { return WithRetry(RetryPolicy{Disabled: true}) }
 func (c *Client) Call(ctx context.Context, op string, args any, result any) error {
 	start := time.Now()
 	err := c.call(ctx, op, args, result)
-	if c.retry.Disabled {
+	if err == nil || c.retry.Disabled {
 		return err
 	}
 	b := backoff{policy: c.retry, deadline: start.Add(c.retry.MaxElapsed), delay: c.retry.InitialDelay}
