@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/queenside/queenside/sidecar.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test deps test-go test-python test-node test-dashboard screenshots bench-dashboard lint fuzz bench soak verify clean
+.PHONY: help build run test generate deps test-go test-python test-node test-dashboard screenshots bench-dashboard lint fuzz bench soak verify clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,6 +18,9 @@ build: ## build the binary at bin/queenside
 HTTP_ADDR ?= 127.0.0.1:8080
 run: build ## run a sidecar on ./.queenside/queenside.sock, with a throwaway PostgreSQL under ./.queenside/ and its dashboard on http://127.0.0.1:8080/ (HTTP_ADDR=)
 	./$(BIN) dev --http-addr $(HTTP_ADDR)
+
+generate: ## write the Python and Node clients' tables of error codes and queue options from protocol/ (go test ./protocol fails when they differ)
+	$(GO) run ./protocol/internal/gen
 
 test: deps lint test-go test-python test-node test-dashboard ## run every test: Go, Python, Node and the dashboard in a browser (each starts its own PostgreSQL)
 

@@ -7,6 +7,10 @@
 // beside this file describes the contract in prose.
 package protocol
 
+// The clients' tables of codes and queue options are generated from this
+// package (see internal/clientgen).
+//go:generate go run ./internal/gen
+
 // Version is the protocol version spoken by this package.
 const Version = 1
 

@@ -56,13 +56,20 @@ type Client struct {
 	err     error // set once the connection is gone
 	done    chan struct{}
 
-	draining atomic.Bool
+	draining atomic.Bool // set by the sidecar's drain notice
+
+	retry RetryPolicy
 }
 
 // Dial connects to the sidecar's socket at path ("" means SocketPath()).
-func Dial(ctx context.Context, path string) (*Client, error) {
+// Without options, calls are retried by DefaultRetryPolicy (see Call).
+func Dial(ctx context.Context, path string, opts ...Option) (*Client, error) {
 	if path == "" {
 		path = SocketPath()
+	}
+	o := dialOptions{retry: DefaultRetryPolicy}
+	for _, opt := range opts {
+		opt(&o)
 	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)
@@ -74,6 +81,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 		w:       bufio.NewWriterSize(nc, 32<<10),
 		pending: make(map[uint64]chan protocol.Response),
 		done:    make(chan struct{}),
+		retry:   o.retry,
 	}
 	go c.readLoop()
 	return c, nil
@@ -96,9 +104,8 @@ const maxPooledRequest = 1 << 20
 // Draining reports whether the sidecar announced that it is shutting down.
 func (c *Client) Draining() bool { return c.draining.Load() }
 
-// Call sends op with args and decodes the result into result (which may be
-// nil). The context's deadline travels as the request's timeoutMs.
-func (c *Client) Call(ctx context.Context, op string, args any, result any) error {
+// call is one attempt of Call: one request, one answer.
+func (c *Client) call(ctx context.Context, op string, args any, result any) error {
 	id := c.nextID.Add(1)
 	var timeoutMs uint64
 	if dl, ok := ctx.Deadline(); ok {

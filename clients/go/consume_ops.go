@@ -2,6 +2,7 @@ package queenside
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/queenside/queenside/protocol"
 )
@@ -27,24 +28,35 @@ func (c *Client) Pop(ctx context.Context, args PopArgs) (PopResult, error) {
 }
 
 // Ack reports messages completed or failed. Check each result's Success.
+// Build the items with m.Completed() and m.Failed(reason); AckMessages
+// takes popped messages as they are.
 func (c *Client) Ack(ctx context.Context, items ...AckItem) (AckResult, error) {
 	var res AckResult
 	err := c.Call(ctx, protocol.OpAck, protocol.AckArgs{Items: items}, &res)
 	return res, err
 }
 
-// Completed is an ack item for a message processed successfully.
-func Completed(m Message) AckItem {
-	off := m.Offset
-	return AckItem{LeaseID: m.LeaseID, Offset: &off, Status: protocol.AckCompleted}
+// AckMessages acks popped messages completed: ack(pop().messages) in the
+// Python and Node clients. A message without a lease (popped with AutoAck)
+// has nothing to ack and fails the call before anything is sent.
+func (c *Client) AckMessages(ctx context.Context, msgs ...Message) (AckResult, error) {
+	items := make([]AckItem, len(msgs))
+	for i, m := range msgs {
+		if m.LeaseID == "" {
+			return AckResult{}, fmt.Errorf("queenside: message %d (%s/%s offset %d) has no lease: it was popped with AutoAck, and there is nothing to ack", i, m.Queue, m.Partition, m.Offset)
+		}
+		items[i] = m.Completed()
+	}
+	return c.Ack(ctx, items...)
 }
 
-// Failed is an ack item for a message whose processing failed; it is
-// delivered again, and its retry budget is charged.
-func Failed(m Message, reason string) AckItem {
-	off := m.Offset
-	return AckItem{LeaseID: m.LeaseID, Offset: &off, Status: protocol.AckFailed, Error: reason}
-}
+// Completed is m.Completed(): the ack item for a message processed
+// successfully.
+func Completed(m Message) AckItem { return m.Completed() }
+
+// Failed is m.Failed(reason): the ack item for a message whose processing
+// failed; it is delivered again, and its retry budget is charged.
+func Failed(m Message, reason string) AckItem { return m.Failed(reason) }
 
 // Renew extends live leases by seconds from now (0: the queue's lease time).
 func (c *Client) Renew(ctx context.Context, seconds int, leaseIDs ...string) ([]LeaseResult, error) {

@@ -2,6 +2,13 @@
 // under src/; these declarations describe their public surface.
 
 import { EventEmitter } from 'node:events';
+import type { Code, CodeRow } from './src/codes.js';
+import type { QueueOptions, QueueOptionRow } from './src/queue-options.js';
+
+// Generated from the sidecar's own tables (go run ./protocol/internal/gen).
+export type { Code, CodeRow, QueueOptions, QueueOptionRow };
+export { CODES } from './src/codes.js';
+export { DEFAULT_QUEUE_OPTIONS, QUEUE_OPTIONS } from './src/queue-options.js';
 
 // ---------------------------------------------------------------- values
 
@@ -114,6 +121,10 @@ export interface Message {
   /** Absent with autoAck. */
   leaseId?: string;
   redelivered: boolean;
+  /** Its ack item completing it, as completed(msg); not enumerable. Throws without a lease (autoAck). */
+  completed(): AckItem;
+  /** Its ack item failing it, as failed(msg, reason); not enumerable. */
+  failed(reason?: unknown): AckItem;
   [key: string]: unknown;
 }
 
@@ -144,6 +155,9 @@ export interface AckItem {
   error?: string;
 }
 
+/** What ack and transaction take: ack items, or messages as pop returned them (acked completed). */
+export type AckLike = AckItem | Message;
+
 export interface AckItemResult {
   index: number;
   success: boolean;
@@ -172,15 +186,6 @@ export interface LeaseResult {
 export interface TransactionResult {
   acks: AckItemResult[];
   pushes: PushResult[];
-}
-
-export interface QueueOptions {
-  leaseSeconds?: number;
-  retryLimit?: number;
-  dedupWindowSeconds?: number;
-  retentionSeconds?: number;
-  completedRetentionSeconds?: number;
-  delaySeconds?: number;
 }
 
 export interface ConfigureResult {
@@ -366,7 +371,24 @@ export interface ConnectOptions {
   /** Say hello on connect (learns maxFrameBytes); default true. */
   hello?: boolean;
   timeoutMs?: number;
+  /**
+   * How calls answered unavailable or draining are sent again where that
+   * cannot do harm (README, "Retries"): fields left out take DEFAULT_RETRY's;
+   * false turns retries off.
+   */
+  retry?: Partial<RetryPolicy> | boolean;
 }
+
+export interface RetryPolicy {
+  /** The first pause; each doubles it up to maxDelayMs. Default 50. */
+  initialDelayMs: number;
+  /** Default 1000. */
+  maxDelayMs: number;
+  /** How long a call without timeoutMs is retried; one with it, until it runs out. Default 5000. */
+  maxElapsedMs: number;
+}
+
+export declare const DEFAULT_RETRY: Readonly<RetryPolicy>;
 
 export interface RawCallOptions extends CallOptions {
   /** Receives the result of a call answered after it was aborted or timed out. */
@@ -399,11 +421,12 @@ export declare class Client extends EventEmitter {
   hello(options?: CallOptions & { client?: string; protocol?: number }): Promise<HelloResult>;
   push(items: PushItem | PushItem[], options?: CallOptions): Promise<PushResult[]>;
   pop(queue: string, options?: PopOptions): Promise<PopResult>;
-  ack(items: AckItem | AckItem[], options?: CallOptions): Promise<AckResult>;
+  /** Items are ack items, or messages as pop returned them (acked completed): `ack(res.messages)`. */
+  ack(items: AckLike | AckLike[], options?: CallOptions): Promise<AckResult>;
   renew(leaseIds: string | string[], options?: CallOptions & { seconds?: number }): Promise<LeaseResult[]>;
   release(leaseIds: string | string[], options?: CallOptions): Promise<LeaseResult[]>;
   /** All or nothing; rejects with ConflictError (ack results in .acks) when an ack item cannot succeed. */
-  transaction(items: { acks?: AckItem[]; pushes?: PushItem[] }, options?: CallOptions): Promise<TransactionResult>;
+  transaction(items: { acks?: AckLike[]; pushes?: PushItem[] }, options?: CallOptions): Promise<TransactionResult>;
   /** Replaces every option of the queue: one left out goes back to its default. */
   configure(queue: string, options?: QueueOptions & CallOptions): Promise<ConfigureResult>;
   queues(options?: CallOptions): Promise<QueueInfo[]>;
@@ -432,7 +455,6 @@ export declare function connect(options?: ConnectOptions | string): Promise<Clie
 
 export declare const CLIENT_NAME: string;
 export declare const PROTOCOL_VERSION: 1;
-export declare const DEFAULT_QUEUE_OPTIONS: Readonly<Required<QueueOptions>>;
 export declare const DEFAULT_SOCKET: string;
 export declare const DEV_SOCKET: string;
 /** QUEENSIDE_SOCKET, else ./.queenside/queenside.sock if it exists, else DEFAULT_SOCKET. */
@@ -461,10 +483,10 @@ export declare class FrameReader {
 
 // ---------------------------------------------------------------- errors
 
-export declare const Codes: Readonly<Record<
-  'bad_request' | 'frame_too_large' | 'unknown_op' | 'unsupported' | 'invalid_argument' | 'not_found' |
-  'conflict' | 'lease_expired' | 'unavailable' | 'spool_full' | 'draining' | 'overloaded' |
-  'deadline_exceeded' | 'unauthorized' | 'internal', string>>;
+/** Every code, by itself: Codes.unavailable is 'unavailable'. */
+export declare const Codes: Readonly<{ [C in Code]: C }>;
+/** The error class of each code. */
+export declare const ERROR_CLASSES: Readonly<Record<Code, typeof QueensideError>>;
 
 export declare class QueensideError extends Error {
   constructor(message: string, fields: { code: string; retryable?: boolean; details?: Record<string, unknown>; op?: string; cause?: unknown });

@@ -76,7 +76,7 @@ def collect(qs: Client, queue: str, expected: int, deadline: float) -> Dict[Tupl
         for m in pop.messages:
             seen[(m.partition, m.offset)] = m.payload  # keyed by offset: a redelivery is not a duplicate
         if pop.messages:
-            qs.ack([m.completed() for m in pop.messages])
+            qs.ack(pop.messages)
     return seen
 
 

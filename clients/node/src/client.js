@@ -2,8 +2,11 @@
 // on top of a pipelined connection.
 import { Connection, openSocket } from './connection.js';
 import { consume } from './consume.js';
-import { wirePushItem } from './items.js';
+import { QueensideError } from './errors.js';
+import { wireAckItem, wirePushItem } from './items.js';
 import { MessageIterator } from './message-iterator.js';
+import { DEFAULT_QUEUE_OPTIONS } from './queue-options.js';
+import { Backoff, mayRetry, pause, retryPolicy } from './retry.js';
 import { defaultSocketPath } from './socket-path.js';
 import { withTraceContext } from './tracing.js';
 import { VERSION } from './version.js';
@@ -12,21 +15,20 @@ export const PROTOCOL_VERSION = 1;
 
 export const CLIENT_NAME = `queenside-node/${VERSION}`;
 
-/** The options of a queue as the sidecar makes it (PROTOCOL.md, configure). */
-export const DEFAULT_QUEUE_OPTIONS = Object.freeze({
-  leaseSeconds: 60,
-  retryLimit: 3,
-  dedupWindowSeconds: 3600,
-  retentionSeconds: 0,
-  completedRetentionSeconds: 86400,
-  delaySeconds: 0,
-});
+// Generated from the sidecar's own table (queue-options.js).
+export { DEFAULT_QUEUE_OPTIONS };
 
 // Every method's last argument may carry these two next to the
 // operation's own options; they go into the envelope, not into args.
 function split(options = {}) {
   const { signal, timeoutMs, ...rest } = options;
   return [rest, { signal, timeoutMs }];
+}
+
+// The sidecar leaves out the options that are off (consumptionPaused,
+// maxDeliveries 0...): a result names every option, as in the other clients.
+function withDefaults(options) {
+  return { ...DEFAULT_QUEUE_OPTIONS, ...options };
 }
 
 function list(value) {
@@ -42,9 +44,11 @@ export class Client extends Connection {
    */
   static async connect(options = {}) {
     const opts = typeof options === 'string' ? { socket: options } : options;
+    const retry = retryPolicy(opts.retry); // a bad option fails before connecting
     const path = opts.socket ?? defaultSocketPath();
     const socket = await openSocket(path, opts.signal);
     const client = new Client(socket, path);
+    client.#retry = retry;
     if (opts.hello !== false) {
       try {
         await client.hello({ client: opts.client, signal: opts.signal, timeoutMs: opts.timeoutMs });
@@ -58,6 +62,37 @@ export class Client extends Connection {
 
   /** What the sidecar said of itself in the last hello, if any. */
   server = undefined;
+
+  #retry = null;
+
+  /**
+   * Sends one request (see Connection.call). An answer of unavailable or
+   * draining is sent again, with growing pauses, when the rule of retry.js
+   * says a repeat cannot do harm, until the call's timeoutMs (or the
+   * policy's maxElapsedMs without one); then the last answer is thrown.
+   * Aborting the signal ends a pause at once.
+   */
+  async call(op, args, options = {}) {
+    const policy = this.#retry;
+    const started = Date.now();
+    let backoff;
+    let attempt = options;
+    for (;;) {
+      try {
+        return await super.call(op, args, attempt);
+      } catch (err) {
+        // After the sidecar's drain notice no answer on this connection
+        // will change: the caller should go to another sidecar, at once.
+        if (!policy || !(err instanceof QueensideError) || this.draining || !mayRetry(op, args, err.code)) throw err;
+        backoff ??= new Backoff(policy, options.timeoutMs, started);
+        const ms = backoff.nextPause();
+        if (ms === undefined) throw err;
+        await pause(ms, options.signal);
+        if (this.draining || this.closed) throw err;
+        if (options.timeoutMs) attempt = { ...options, timeoutMs: backoff.remainingMs() };
+      }
+    }
+  }
 
   async hello(options) {
     const [{ client = CLIENT_NAME, protocol = PROTOCOL_VERSION }, call] = split(options);
@@ -85,9 +120,10 @@ export class Client extends Connection {
     return this.call('pop', { queue, ...args }, { ...call, onLateResult });
   }
 
-  ack(items, options) {
+  /** Items are ack items, or messages as pop returned them, acked completed. */
+  async ack(items, options) {
     const [, call] = split(options);
-    return this.call('ack', { items: list(items) }, call);
+    return this.call('ack', { items: list(items).map(wireAckItem) }, call);
   }
 
   async renew(leaseIds, options) {
@@ -102,20 +138,21 @@ export class Client extends Connection {
     return result.results;
   }
 
-  transaction({ acks = [], pushes = [] } = {}, options) {
+  async transaction({ acks = [], pushes = [] } = {}, options) {
     const [, call] = split(options);
-    return this.call('transaction', { acks, pushes: withTraceContext(pushes).map(wirePushItem) }, call);
+    return this.call('transaction', { acks: acks.map(wireAckItem), pushes: withTraceContext(pushes).map(wirePushItem) }, call);
   }
 
-  configure(queue, options) {
+  async configure(queue, options) {
     const [queueOptions, call] = split(options);
-    return this.call('configure', { queue, options: queueOptions }, call);
+    const result = await this.call('configure', { queue, options: queueOptions }, call);
+    return { ...result, options: withDefaults(result.options) };
   }
 
   async queues(options) {
     const [, call] = split(options);
     const result = await this.call('queues', {}, call);
-    return result.queues;
+    return (result.queues ?? []).map((q) => ({ ...q, options: withDefaults(q.options) }));
   }
 
   stats(queue, options) {

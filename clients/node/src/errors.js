@@ -1,6 +1,7 @@
 // Errors answered by the sidecar, one class per protocol code (PROTOCOL.md,
 // section 5), and the client's own ConnectionError. Programs branch on the
 // class or on `.code`; `.message` is text for people.
+import { CODES } from './codes.js';
 
 /** Every error this client raises for a call, except an abort. */
 export class QueensideError extends Error {
@@ -22,48 +23,47 @@ export class QueensideError extends Error {
   }
 }
 
-// Each class fixes its code; retryable follows the protocol's table but is
-// always taken from the error object when the sidecar sent one.
-const CLASSES = {
-  bad_request: class BadRequestError extends QueensideError {},
-  frame_too_large: class FrameTooLargeError extends QueensideError {},
-  unknown_op: class UnknownOpError extends QueensideError {},
-  unsupported: class UnsupportedError extends QueensideError {},
-  invalid_argument: class InvalidArgumentError extends QueensideError {},
-  not_found: class NotFoundError extends QueensideError {},
-  conflict: class ConflictError extends QueensideError {
-    /** The per-item ack results of the transaction that was refused. */
-    get acks() {
-      return this.details?.acks ?? [];
-    }
-  },
-  lease_expired: class LeaseExpiredError extends QueensideError {},
-  unavailable: class UnavailableError extends QueensideError {},
-  spool_full: class SpoolFullError extends QueensideError {},
-  draining: class DrainingError extends QueensideError {},
-  overloaded: class OverloadedError extends QueensideError {},
-  deadline_exceeded: class DeadlineExceededError extends QueensideError {},
-  unauthorized: class UnauthorizedError extends QueensideError {},
-  internal: class InternalError extends QueensideError {},
-  key_missing: class KeyMissingError extends QueensideError {},
-};
+// One class per code of the generated table (codes.js, written from
+// protocol/codes.go). Retryable follows that table but is always taken from
+// the error object when the sidecar sent one. A class that does more than
+// carry its code is written here; every other one is made from its row.
+class ConflictError extends QueensideError {
+  /** The per-item ack results of the transaction that was refused. */
+  get acks() {
+    return this.details?.acks ?? [];
+  }
+}
+const WRITTEN = { conflict: ConflictError };
 
-export const BadRequestError = CLASSES.bad_request;
-export const FrameTooLargeError = CLASSES.frame_too_large;
-export const UnknownOpError = CLASSES.unknown_op;
-export const UnsupportedError = CLASSES.unsupported;
-export const InvalidArgumentError = CLASSES.invalid_argument;
-export const NotFoundError = CLASSES.not_found;
-export const ConflictError = CLASSES.conflict;
-export const LeaseExpiredError = CLASSES.lease_expired;
-export const UnavailableError = CLASSES.unavailable;
-export const SpoolFullError = CLASSES.spool_full;
-export const DrainingError = CLASSES.draining;
-export const OverloadedError = CLASSES.overloaded;
-export const DeadlineExceededError = CLASSES.deadline_exceeded;
-export const UnauthorizedError = CLASSES.unauthorized;
-export const InternalError = CLASSES.internal;
-export const KeyMissingError = CLASSES.key_missing;
+function plainClass(className) {
+  // The computed key names the class, which the constructor copies to .name.
+  return { [className]: class extends QueensideError {} }[className];
+}
+
+/** The class of each code, by code. */
+export const ERROR_CLASSES = Object.freeze(Object.fromEntries(
+  CODES.map(({ code, className }) => [code, WRITTEN[code] ?? plainClass(className)]),
+));
+
+// ES modules cannot export computed names: each class is listed here, and
+// index.js exports them; errors.test.js fails if a row of the table is
+// missing from the package's exports.
+export const BadRequestError = ERROR_CLASSES.bad_request;
+export const FrameTooLargeError = ERROR_CLASSES.frame_too_large;
+export const UnknownOpError = ERROR_CLASSES.unknown_op;
+export const UnsupportedError = ERROR_CLASSES.unsupported;
+export const InvalidArgumentError = ERROR_CLASSES.invalid_argument;
+export const NotFoundError = ERROR_CLASSES.not_found;
+export { ConflictError };
+export const LeaseExpiredError = ERROR_CLASSES.lease_expired;
+export const UnavailableError = ERROR_CLASSES.unavailable;
+export const SpoolFullError = ERROR_CLASSES.spool_full;
+export const DrainingError = ERROR_CLASSES.draining;
+export const OverloadedError = ERROR_CLASSES.overloaded;
+export const DeadlineExceededError = ERROR_CLASSES.deadline_exceeded;
+export const UnauthorizedError = ERROR_CLASSES.unauthorized;
+export const InternalError = ERROR_CLASSES.internal;
+export const KeyMissingError = ERROR_CLASSES.key_missing;
 
 /**
  * The connection is gone (closed by close(), by the sidecar, or broken).
@@ -77,10 +77,10 @@ export class ConnectionError extends QueensideError {
   }
 }
 
-/** The codes of protocol version 1. */
-export const Codes = Object.freeze(Object.fromEntries(Object.keys(CLASSES).map((c) => [c, c])));
+/** The codes of protocol version 1, by themselves: Codes.unavailable is 'unavailable'. */
+export const Codes = Object.freeze(Object.fromEntries(CODES.map(({ code }) => [code, code])));
 
-const RETRYABLE_CODES = new Set(['unavailable', 'spool_full', 'draining', 'overloaded', 'deadline_exceeded', 'internal']);
+const RETRYABLE_CODES = new Set(CODES.filter((c) => c.retryable).map((c) => c.code));
 
 /**
  * Builds the error for an error object of the protocol.
@@ -95,7 +95,7 @@ export function errorFromWire(wire, op) {
   // flag it came with (PROTOCOL.md, section 8).
   const retryable = typeof wire?.retryable === 'boolean' ? wire.retryable : RETRYABLE_CODES.has(code);
   const details = wire?.details !== null && typeof wire?.details === 'object' ? wire.details : undefined;
-  const ErrorClass = Object.hasOwn(CLASSES, code) ? CLASSES[code] : QueensideError;
+  const ErrorClass = Object.hasOwn(ERROR_CLASSES, code) ? ERROR_CLASSES[code] : QueensideError;
   return new ErrorClass(op ? `${op}: ${text}` : text, { code, retryable, details, op });
 }
 

@@ -3,6 +3,9 @@ export { Client, connect, CLIENT_NAME, DEFAULT_QUEUE_OPTIONS, PROTOCOL_VERSION }
 export { MessageIterator } from './message-iterator.js';
 export { AckError } from './ack-batcher.js';
 export { completed, failed } from './items.js';
+export { DEFAULT_RETRY } from './retry.js';
+export { QUEUE_OPTIONS } from './queue-options.js';
+export { CODES } from './codes.js';
 export { stableTransactionId } from './transaction-id.js';
 export { defaultSocketPath, DEFAULT_SOCKET, DEV_SOCKET } from './socket-path.js';
 export { PreciseDate } from './codec/precise-date.js';
@@ -13,6 +16,7 @@ export { decodeEnvelope, encodeEnvelope } from './codec/envelope.js';
 export { FrameReader } from './codec/frame-reader.js';
 export {
   Codes,
+  ERROR_CLASSES,
   QueensideError,
   ConnectionError,
   BadRequestError,

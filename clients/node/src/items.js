@@ -46,6 +46,24 @@ export function failed(message, reason) {
   return item;
 }
 
+/**
+ * Whether value is a message as pop returned it: ack items never carry a
+ * messageId.
+ */
+export function isPoppedMessage(value) {
+  return typeof value?.messageId === 'string';
+}
+
+/**
+ * The ack item to send for what ack or transaction was given: a popped
+ * message is acked completed, sent as {leaseId, offset, status} (it also
+ * carries its transactionId, and the sidecar refuses an item that names
+ * both); an ack item goes as it is.
+ */
+export function wireAckItem(item) {
+  return isPoppedMessage(item) ? completed(item) : item;
+}
+
 function leaseOf(message) {
   if (typeof message?.leaseId !== 'string') {
     throw new TypeError('only a leased message can be acked (it has no leaseId: popped with autoAck?)');

@@ -1,14 +1,33 @@
 // Turning decoded results into what callers get: messages (pop) and dead
-// letters (dlq) with their payload decoded, and the exact bytes beside it.
+// letters (dlq) with their payload decoded, and the exact bytes beside it;
+// messages with their ack helpers.
 import { decode } from './codec/decode.js';
 import { RawMsgpack } from './codec/raw.js';
+import { completed, failed } from './items.js';
 
 const LISTS_WITH_PAYLOADS = ['messages', 'entries'];
+
+// A popped message's own helpers, as in the Go and Python clients:
+// msg.completed() and msg.failed(reason) are its ack items. Not enumerable,
+// so that a message still prints, compares and serialises as plain data.
+const MESSAGE_METHODS = Object.freeze({
+  completed: {
+    value: function completedItem() {
+      return completed(this);
+    },
+  },
+  failed: {
+    value: function failedItem(reason) {
+      return failed(this, reason);
+    },
+  },
+});
 
 /**
  * Replaces each RawMsgpack payload of result.messages / result.entries by
  * its decoded value, and adds `payloadBytes` (a copy, so that a kept message
- * does not pin the whole frame it came in).
+ * does not pin the whole frame it came in); gives each message its
+ * completed() and failed().
  * @param {Record<string, any>} result
  */
 export function decodePayloads(result) {
@@ -16,6 +35,9 @@ export function decodePayloads(result) {
     const elements = result?.[list];
     if (!Array.isArray(elements)) continue;
     for (const element of elements) {
+      if (list === 'messages' && element !== null && typeof element === 'object') {
+        Object.defineProperties(element, MESSAGE_METHODS);
+      }
       if (!(element?.payload instanceof RawMsgpack)) continue;
       const bytes = new Uint8Array(element.payload.bytes); // a copy (Buffer#slice would be a view)
       element.payloadBytes = bytes;

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import {
-  ConflictError, NotFoundError, PreciseDate, completed, connect, encode, failed,
+  ConflictError, DEFAULT_QUEUE_OPTIONS, NotFoundError, PreciseDate, completed, connect, encode, failed,
 } from '../src/index.js';
 import { testSidecars, uniqueQueue } from './harness.js';
 
@@ -237,6 +237,21 @@ describe('queues', () => {
     await pushAll(queue, [3], { partition: 'a' });
     const stats = await client.stats(queue);
     assert.deepEqual(stats.partitions.map((p) => [p.partition, p.headOffset, p.messages]), [['a', 1, 1], ['b', 2, 2]]);
+  });
+});
+
+describe('queue options', () => {
+  test('configure round-trips every option, maxDeliveries included', async () => {
+    const queue = uniqueQueue('options');
+    const options = { ...DEFAULT_QUEUE_OPTIONS, maxDeliveries: 3, consumptionPaused: true, retryLimit: 5 };
+    const res = await client.configure(queue, options);
+    assert.deepEqual({ ...res.options }, options);
+    const listed = (await client.queues()).find((q) => q.queue === queue);
+    assert.equal(listed.options.maxDeliveries, 3);
+    // configure replaces every option: one left out is its default again.
+    // Options the sidecar leaves out (off) come back as their defaults.
+    const reset = await client.configure(queue, {});
+    assert.deepEqual({ ...reset.options }, { ...DEFAULT_QUEUE_OPTIONS });
   });
 });
 

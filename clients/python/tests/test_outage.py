@@ -120,3 +120,34 @@ def test_unauthorized_peer(sidecar_bin: Path, tmp_path: Path) -> None:
         asyncio.run(via_asyncio())
     finally:
         sc.stop()
+
+
+def test_unreachable_database_retries_only_what_is_harmless(sidecar_bin: Path, tmp_path: Path, queue: str) -> None:
+    """A real sidecar whose PostgreSQL cannot be reached answers unavailable
+    at once (after its first attempt to migrate): stats is sent again until
+    its timeout, pop is not."""
+    sc = Sidecar(sidecar_bin, tmp_path, ["--database-url", database_url(tmp_path)])
+    sc.start(wait_healthy=False)
+    try:
+        with Client(sc.socket, retry=None) as probe:
+            deadline = time.monotonic() + 20
+            while True:  # until the sidecar knows PostgreSQL is unreachable
+                start = time.monotonic()
+                with pytest.raises(queenside.UnavailableError):
+                    probe.stats(queue, timeout=2)
+                if time.monotonic() - start < 0.2 or time.monotonic() > deadline:
+                    break
+        with Client(sc.socket) as client:
+            start = time.monotonic()
+            with pytest.raises(queenside.UnavailableError):
+                client.stats(queue, timeout=0.8)
+            retried = time.monotonic() - start
+            start = time.monotonic()
+            with pytest.raises(queenside.UnavailableError):
+                client.pop(queue, timeout=0.8)
+            once = time.monotonic() - start
+        # At least 25 + 50 + 100 + 200 ms of pauses fit in 800 ms.
+        assert retried >= 0.35, f"stats failed after {retried:.2f}s: it was not retried"
+        assert once < 0.3, f"pop failed after {once:.2f}s: it must not be retried"
+    finally:
+        sc.stop()

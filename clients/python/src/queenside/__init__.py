@@ -27,26 +27,12 @@ from .client import Client
 from .codec import Raw
 from .consume_batch import ConsumeStats
 from .consumer import Consumer
-from .errors import (
-    BadRequestError,
-    ConflictError,
-    ConnectionClosedError,
-    DeadlineExceededError,
-    DrainingError,
-    FrameTooLargeError,
-    InternalError,
-    InvalidArgumentError,
-    LeaseExpiredError,
-    NotFoundError,
-    OverloadedError,
-    QueensideError,
-    SpoolFullError,
-    UnauthorizedError,
-    KeyMissingError,
-    UnavailableError,
-    UnknownOpError,
-    UnsupportedError,
-)
+# Every error class, one per code of the generated table (_codes.py) and
+# ConnectionClosedError; __all__ below takes errors.__all__ whole, so a
+# class cannot go unexported.
+from . import errors as _errors
+from .errors import *  # noqa: F401,F403
+from .acks import completed, failed
 from .items import COMPLETED, FAILED, AckItem, PushItem, QueueOptions
 from .results import (
     BUFFERED,
@@ -62,6 +48,7 @@ from .results import (
     PushResult,
     TransactionResult,
 )
+from .retry import DEFAULT_RETRY, RetryPolicy
 from .socket_path import DEFAULT_SOCKET, DEV_SOCKET, default_socket_path
 from .txid import transaction_id
 from .version import __version__
@@ -75,6 +62,10 @@ __all__ = [
     "AckError",
     "PushItem",
     "AckItem",
+    "completed",
+    "failed",
+    "RetryPolicy",
+    "DEFAULT_RETRY",
     "QueueOptions",
     "Raw",
     "PushResult",
@@ -99,24 +90,6 @@ __all__ = [
     "HealthResult",
     "DatabaseHealth",
     "SpoolHealth",
-    "QueensideError",
-    "BadRequestError",
-    "FrameTooLargeError",
-    "UnknownOpError",
-    "UnsupportedError",
-    "InvalidArgumentError",
-    "NotFoundError",
-    "ConflictError",
-    "LeaseExpiredError",
-    "UnavailableError",
-    "SpoolFullError",
-    "DrainingError",
-    "OverloadedError",
-    "DeadlineExceededError",
-    "UnauthorizedError",
-    "KeyMissingError",
-    "InternalError",
-    "ConnectionClosedError",
     "transaction_id",
     "default_socket_path",
     "DEFAULT_SOCKET",
@@ -127,4 +100,5 @@ __all__ = [
     "COMPLETED",
     "FAILED",
     "__version__",
+    *(name for name in _errors.__all__ if name not in ("error_from_wire", "ERROR_CLASSES")),
 ]

@@ -19,9 +19,11 @@ from .admin_results import (
 )
 from .async_connection import AsyncConnection
 from .connection import DEFAULT_MAX_IN_FLIGHT, NoticeHandler
-from .errors import ConnectionClosedError
-from .items import AckItem, PushItem, QueueOptions
+from .acks import AckLike
+from .errors import ConnectionClosedError, QueensideError
+from .items import PushItem, QueueOptions
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
+from .retry import DEFAULT_RETRY, Attempts, RetryPolicy
 from .socket_path import default_socket_path
 from .version import CLIENT_NAME
 
@@ -49,9 +51,11 @@ class AsyncClient:
         connect_timeout: Optional[float] = 5.0,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_notice: Optional[NoticeHandler] = None,
+        retry: Optional[RetryPolicy] = DEFAULT_RETRY,
     ) -> None:
         self.socket_path = socket_path or default_socket_path()
         self.timeout = timeout
+        self.retry = retry  # as Client's
         self._connect_timeout = connect_timeout
         self._max_in_flight = max_in_flight
         self._on_notice = on_notice
@@ -101,13 +105,20 @@ class AsyncClient:
         return self._conn
 
     async def _run(self, op: "ops.Op[T]", timeout: Optional[float]) -> T:
-        result = await self._connected().request(
-            op.name,
-            op.args,
-            timeout=self.timeout if timeout is None else timeout,
-            wait_seconds=op.wait_seconds,
-        )
-        return op.parse(result)
+        # As Client._run; the pauses end at once when the task is cancelled.
+        conn = self._connected()
+        attempts = Attempts(self.retry, op.name, op.args, self.timeout if timeout is None else timeout)
+        while True:
+            try:
+                result = await conn.request(op.name, op.args, timeout=attempts.timeout(), wait_seconds=op.wait_seconds)
+                return op.parse(result)
+            except QueensideError as err:
+                pause = attempts.pause_after(err.code, conn.drain_announced)
+                if pause is None:
+                    raise
+                await asyncio.sleep(pause)
+                if conn.drain_announced or conn.closed:
+                    raise
 
     async def call(self, op: str, args: Optional[Dict[str, Any]] = None, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         return await self._run(ops.raw(op, args), timeout)
@@ -163,7 +174,7 @@ class AsyncClient:
         )
         return await self._run(op, timeout)
 
-    async def ack(self, items: Iterable[AckItem], *, timeout: Optional[float] = None) -> AckResult:
+    async def ack(self, items: Iterable[AckLike], *, timeout: Optional[float] = None) -> AckResult:
         return await self._run(ops.ack(items), timeout)
 
     async def renew(self, lease_ids: Iterable[str], seconds: Optional[int] = None, *, timeout: Optional[float] = None) -> List[LeaseResult]:
@@ -173,7 +184,7 @@ class AsyncClient:
         return await self._run(ops.release(lease_ids), timeout)
 
     async def transaction(
-        self, acks: Iterable[AckItem] = (), pushes: Iterable[PushItem] = (), *, timeout: Optional[float] = None
+        self, acks: Iterable[AckLike] = (), pushes: Iterable[PushItem] = (), *, timeout: Optional[float] = None
     ) -> TransactionResult:
         return await self._run(ops.transaction(acks, pushes), timeout)
 

@@ -100,6 +100,9 @@ class AsyncConnection:
         self._on_notice = on_notice
         self._lost = asyncio.Event()
         self.draining = asyncio.Event()
+        # Set by the sidecar's drain notice only (draining is also set by a
+        # draining answer): after it, no call on this connection is retried.
+        self.drain_announced = False
         self.max_frame_bytes: Optional[int] = None
         self._protocol = _FrameProtocol(self._on_body, self._on_lost)
 
@@ -165,6 +168,10 @@ class AsyncConnection:
             raise err
         return response.result if response.result is not None else {}
 
+    def _announce_drain(self) -> None:
+        self.drain_announced = True
+        self.draining.set()
+
     def _raise_if_closed(self) -> None:
         if isinstance(self._closed, UnauthorizedError):
             # Refused before anything was read: every call would be, so say so.
@@ -179,7 +186,7 @@ class AsyncConnection:
             self._shut(ConnectionClosedError(f"malformed answer from the sidecar: {exc}"))
             return
         if response.id == 0:
-            self._fatal = unaddressed_frame(response, self.draining.set, self._on_notice) or self._fatal
+            self._fatal = unaddressed_frame(response, self._announce_drain, self._on_notice) or self._fatal
             return
         future = self._pending.pop(response.id, None)
         if future is not None and not future.done():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, TypeVar, Union
 
 from . import ops
@@ -16,9 +17,12 @@ from .admin_results import (
     QueueInfo,
     StatsResult,
 )
+from .acks import AckLike
 from .connection import DEFAULT_MAX_IN_FLIGHT, Connection, NoticeHandler
-from .items import AckItem, PushItem, QueueOptions
+from .errors import QueensideError
+from .items import PushItem, QueueOptions
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
+from .retry import DEFAULT_RETRY, Attempts, RetryPolicy
 from .socket_path import default_socket_path
 from .version import CLIENT_NAME
 
@@ -38,7 +42,9 @@ class Client:
     Requests are pipelined on the one connection, so many threads may call
     at once; each call waits only for its own answer. ``timeout`` (seconds)
     is the default deadline of every call, sent to the sidecar as
-    ``timeoutMs``; None means none.
+    ``timeoutMs``; None means none. ``retry`` says how a call answered
+    ``unavailable`` or ``draining`` is sent again when that cannot do harm
+    (see ``retry.py``); None turns retries off.
 
     >>> with Client() as qs:
     ...     qs.push_one("orders", {"id": 1}, transaction_id="order-1")
@@ -52,9 +58,12 @@ class Client:
         connect_timeout: Optional[float] = 5.0,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         on_notice: Optional[NoticeHandler] = None,
+        retry: Optional[RetryPolicy] = DEFAULT_RETRY,
     ) -> None:
         self.socket_path = socket_path or default_socket_path()
         self.timeout = timeout
+        # None: every answer goes to the caller, never retried.
+        self.retry = retry
         self._conn = Connection(
             self.socket_path, connect_timeout=connect_timeout, max_in_flight=max_in_flight, on_notice=on_notice
         )
@@ -84,13 +93,20 @@ class Client:
         return self._conn.draining
 
     def _run(self, op: "ops.Op[T]", timeout: Optional[float]) -> T:
-        result = self._conn.request(
-            op.name,
-            op.args,
-            timeout=self.timeout if timeout is None else timeout,
-            wait_seconds=op.wait_seconds,
-        )
-        return op.parse(result)
+        # An answer of unavailable or draining is sent again when the rule
+        # of retry.py allows it, within the call's timeout.
+        attempts = Attempts(self.retry, op.name, op.args, self.timeout if timeout is None else timeout)
+        while True:
+            try:
+                result = self._conn.request(op.name, op.args, timeout=attempts.timeout(), wait_seconds=op.wait_seconds)
+                return op.parse(result)
+            except QueensideError as err:
+                pause = attempts.pause_after(err.code, self._conn.drain_announced)
+                if pause is None:
+                    raise
+                time.sleep(pause)
+                if self._conn.drain_announced or self._conn.closed:
+                    raise
 
     def call(self, op: str, args: Optional[Dict[str, Any]] = None, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Send any operation with a raw argument map; return the raw result map."""
@@ -153,8 +169,12 @@ class Client:
         )
         return self._run(op, timeout)
 
-    def ack(self, items: Iterable[AckItem], *, timeout: Optional[float] = None) -> AckResult:
-        """Report messages completed or failed; check each result's ``success``."""
+    def ack(self, items: Iterable[AckLike], *, timeout: Optional[float] = None) -> AckResult:
+        """Report messages completed or failed; check each result's ``success``.
+
+        Items are ``AckItem``s (``message.completed()``, ``message.failed(reason)``)
+        or popped messages themselves, acked completed: ``ack(pop(...).messages)``.
+        """
         return self._run(ops.ack(items), timeout)
 
     def renew(self, lease_ids: Iterable[str], seconds: Optional[int] = None, *, timeout: Optional[float] = None) -> List[LeaseResult]:
@@ -166,7 +186,7 @@ class Client:
         return self._run(ops.release(lease_ids), timeout)
 
     def transaction(
-        self, acks: Iterable[AckItem] = (), pushes: Iterable[PushItem] = (), *, timeout: Optional[float] = None
+        self, acks: Iterable[AckLike] = (), pushes: Iterable[PushItem] = (), *, timeout: Optional[float] = None
     ) -> TransactionResult:
         """Commit acks and pushes together, or nothing (``ConflictError``, with ``.acks``)."""
         return self._run(ops.transaction(acks, pushes), timeout)

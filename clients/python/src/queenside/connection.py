@@ -109,6 +109,9 @@ class Connection:
         self._closed: Optional[QueensideError] = None
         self._on_notice = on_notice
         self.draining = threading.Event()
+        # Set by the sidecar's drain notice only (draining is also set by a
+        # draining answer): after it, no call on this connection is retried.
+        self.drain_announced = False
         # Learnt from hello: lets an oversized request fail here, alone,
         # instead of making the sidecar close the connection.
         self.max_frame_bytes: Optional[int] = None
@@ -187,6 +190,10 @@ class Connection:
             self._slots.release()
         return future
 
+    def _announce_drain(self) -> None:
+        self.drain_announced = True
+        self.draining.set()
+
     def _raise_if_closed(self) -> None:
         if isinstance(self._closed, UnauthorizedError):
             # Refused before anything was read: every call would be, so say so.
@@ -204,7 +211,7 @@ class Connection:
                     break
                 response = Response.decode(body)
                 if response.id == 0:
-                    fatal = unaddressed_frame(response, self.draining.set, self._on_notice) or fatal
+                    fatal = unaddressed_frame(response, self._announce_drain, self._on_notice) or fatal
                     continue
                 future = self._take(response.id)
                 if future is not None and not future.done():

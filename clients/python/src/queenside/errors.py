@@ -2,33 +2,19 @@
 
 Programs branch on the class (or on ``.code``) and on ``.retryable``, never
 on the message, which is text for people.
+
+The codes, their retryable flags and their class names are those of
+``_codes.py``, generated from the sidecar's own table (protocol/codes.go):
+the classes below give each a docstring, and ``_bind_codes`` gives each its
+code and flag, makes a plain class for a code this file does not know yet,
+and lists every one in ``__all__``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Type
 
-__all__ = [
-    "QueensideError",
-    "BadRequestError",
-    "FrameTooLargeError",
-    "UnknownOpError",
-    "UnsupportedError",
-    "InvalidArgumentError",
-    "NotFoundError",
-    "ConflictError",
-    "LeaseExpiredError",
-    "UnavailableError",
-    "SpoolFullError",
-    "DrainingError",
-    "OverloadedError",
-    "DeadlineExceededError",
-    "UnauthorizedError",
-    "InternalError",
-    "ConnectionClosedError",
-    "error_from_wire",
-    "ERROR_CLASSES",
-]
+from ._codes import CODES
 
 
 class QueensideError(Exception):
@@ -70,43 +56,29 @@ class QueensideError(Exception):
 class BadRequestError(QueensideError):
     """The request envelope was malformed."""
 
-    code = "bad_request"
-
 
 class FrameTooLargeError(QueensideError):
     """A frame was empty or above maxFrameBytes; the sidecar then closes the connection."""
-
-    code = "frame_too_large"
 
 
 class UnknownOpError(QueensideError):
     """The operation name is not one of the protocol."""
 
-    code = "unknown_op"
-
 
 class UnsupportedError(QueensideError):
     """The protocol version or feature is not served by this sidecar."""
-
-    code = "unsupported"
 
 
 class InvalidArgumentError(QueensideError):
     """An argument is missing, of the wrong type or out of range."""
 
-    code = "invalid_argument"
-
 
 class NotFoundError(QueensideError):
     """The queue, group, partition or DLQ entry does not exist."""
 
-    code = "not_found"
-
 
 class ConflictError(QueensideError):
     """A transaction's ack items could not all succeed; nothing was committed."""
-
-    code = "conflict"
 
     @property
     def acks(self) -> List[Any]:
@@ -119,61 +91,37 @@ class ConflictError(QueensideError):
 class LeaseExpiredError(QueensideError):
     """The lease ended or belongs to someone else (a per-item code; listed for completeness)."""
 
-    code = "lease_expired"
-
 
 class UnavailableError(QueensideError):
     """PostgreSQL cannot be reached (or its schema is not ready) and nothing could be spooled."""
-
-    code = "unavailable"
-    default_retryable = True
 
 
 class SpoolFullError(QueensideError):
     """PostgreSQL cannot be reached and the sidecar's spool is full."""
 
-    code = "spool_full"
-    default_retryable = True
-
 
 class DrainingError(QueensideError):
     """The sidecar is shutting down; send the request to another one."""
-
-    code = "draining"
-    default_retryable = True
 
 
 class OverloadedError(QueensideError):
     """A limit was reached (usually the frame size); ask for less."""
 
-    code = "overloaded"
-    default_retryable = True
-
 
 class DeadlineExceededError(QueensideError):
     """The request's time ran out; it may still have taken effect."""
-
-    code = "deadline_exceeded"
-    default_retryable = True
 
 
 class UnauthorizedError(QueensideError):
     """The sidecar does not serve this process's user id; the connection is closed."""
 
-    code = "unauthorized"
-
 
 class InternalError(QueensideError):
     """An unexpected failure inside the sidecar."""
 
-    code = "internal"
-    default_retryable = True
-
 
 class KeyMissingError(QueensideError):
     """A message of an encrypted queue needs a key this sidecar was not given."""
-
-    code = "key_missing"
 
 
 class ConnectionClosedError(QueensideError, ConnectionError):
@@ -189,27 +137,29 @@ class ConnectionClosedError(QueensideError, ConnectionError):
     default_retryable = True
 
 
-ERROR_CLASSES: Dict[str, Type[QueensideError]] = {
-    cls.code: cls
-    for cls in (
-        BadRequestError,
-        FrameTooLargeError,
-        UnknownOpError,
-        UnsupportedError,
-        InvalidArgumentError,
-        NotFoundError,
-        ConflictError,
-        LeaseExpiredError,
-        UnavailableError,
-        SpoolFullError,
-        DrainingError,
-        OverloadedError,
-        DeadlineExceededError,
-        UnauthorizedError,
-        InternalError,
-        KeyMissingError,
-    )
-}
+def _bind_codes() -> Dict[str, Type[QueensideError]]:
+    classes: Dict[str, Type[QueensideError]] = {}
+    for code, retryable, name in CODES:
+        cls = globals().get(name)
+        if cls is None:
+            # A code newer than this file still gets its class.
+            cls = type(name, (QueensideError,), {"__doc__": f"The sidecar answered ``{code}``.", "__module__": __name__})
+            globals()[name] = cls
+        cls.code = code
+        cls.default_retryable = retryable
+        classes[code] = cls
+    return classes
+
+
+ERROR_CLASSES: Dict[str, Type[QueensideError]] = _bind_codes()
+
+__all__ = [
+    "QueensideError",
+    *(name for _code, _retryable, name in CODES),
+    "ConnectionClosedError",
+    "error_from_wire",
+    "ERROR_CLASSES",
+]
 
 
 def error_from_wire(obj: Any) -> QueensideError:

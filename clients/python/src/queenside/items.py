@@ -2,6 +2,8 @@
 
 Each ``to_wire`` writes its keys in the order of the protocol's tables and
 leaves unset options out rather than sending nil, as the encoding rules ask.
+``QueueOptions`` is generated from the sidecar's own table
+(``_queue_options.py``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
+from ._queue_options import QueueOptions
 from .codec import Raw, encode_payload
 
 __all__ = ["PushItem", "AckItem", "QueueOptions", "COMPLETED", "FAILED"]
@@ -52,7 +55,8 @@ class AckItem:
     """Completes a message of a lease, or reports it failed.
 
     Name the message by ``offset`` or by ``transaction_id``, not both.
-    ``Message.completed()`` and ``Message.failed()`` build these.
+    ``Message.completed()`` and ``Message.failed()`` build these, and
+    ``ack`` takes a popped ``Message`` itself as a completed one.
     """
 
     lease_id: str
@@ -71,41 +75,3 @@ class AckItem:
         if self.error is not None:
             item["error"] = self.error
         return item
-
-
-@dataclass
-class QueueOptions:
-    """A queue's options, with the sidecar's defaults.
-
-    ``configure`` replaces every option: start from the current or default
-    options and change what you need.
-    """
-
-    lease_seconds: int = 60
-    retry_limit: int = 3
-    dedup_window_seconds: int = 3600
-    retention_seconds: int = 0
-    completed_retention_seconds: int = 86400
-    delay_seconds: int = 0
-
-    def to_wire(self) -> Dict[str, Any]:
-        return {
-            "leaseSeconds": self.lease_seconds,
-            "retryLimit": self.retry_limit,
-            "dedupWindowSeconds": self.dedup_window_seconds,
-            "retentionSeconds": self.retention_seconds,
-            "completedRetentionSeconds": self.completed_retention_seconds,
-            "delaySeconds": self.delay_seconds,
-        }
-
-    @classmethod
-    def from_wire(cls, d: Mapping[str, Any]) -> "QueueOptions":
-        base = cls()
-        return cls(
-            lease_seconds=d.get("leaseSeconds", base.lease_seconds),
-            retry_limit=d.get("retryLimit", base.retry_limit),
-            dedup_window_seconds=d.get("dedupWindowSeconds", base.dedup_window_seconds),
-            retention_seconds=d.get("retentionSeconds", base.retention_seconds),
-            completed_retention_seconds=d.get("completedRetentionSeconds", base.completed_retention_seconds),
-            delay_seconds=d.get("delaySeconds", base.delay_seconds),
-        )

@@ -21,8 +21,9 @@ from .admin_results import (
     QueueInfo,
     StatsResult,
 )
+from .acks import AckLike, ack_items
 from .codec import time_arg
-from .items import AckItem, PushItem, QueueOptions
+from .items import PushItem, QueueOptions
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
 from .tracing import with_trace_context
 
@@ -101,8 +102,8 @@ def pop(
     return Op("pop", args, PopResult.from_wire, wait_seconds=max(wait_ms, 0) / 1000.0)
 
 
-def ack(items: Iterable[AckItem]) -> Op[AckResult]:
-    return Op("ack", {"items": [item.to_wire() for item in items]}, AckResult.from_wire)
+def ack(items: Iterable[AckLike]) -> Op[AckResult]:
+    return Op("ack", {"items": [item.to_wire() for item in ack_items(items)]}, AckResult.from_wire)
 
 
 def _lease_results(result: Dict[str, Any]) -> List[LeaseResult]:
@@ -120,8 +121,8 @@ def release(lease_ids: Iterable[str]) -> Op[List[LeaseResult]]:
     return Op("release", {"leaseIds": list(lease_ids)}, _lease_results)
 
 
-def transaction(acks: Iterable[AckItem] = (), pushes: Iterable[PushItem] = ()) -> Op[TransactionResult]:
-    args = {"acks": [a.to_wire() for a in acks], "pushes": [p.to_wire() for p in with_trace_context(pushes)]}
+def transaction(acks: Iterable[AckLike] = (), pushes: Iterable[PushItem] = ()) -> Op[TransactionResult]:
+    args = {"acks": [a.to_wire() for a in ack_items(acks)], "pushes": [p.to_wire() for p in with_trace_context(pushes)]}
     return Op("transaction", args, TransactionResult.from_wire)
 
 

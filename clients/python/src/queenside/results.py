@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from .codec import decode_payload, opt_datetime, payload_bytes, to_datetime
 from .errors import QueensideError, error_from_wire
@@ -34,6 +34,17 @@ DUPLICATE = "duplicate"
 BUFFERED = "buffered"
 
 _UNDECODED: Any = object()
+
+
+def _reason_text(reason: Union[str, BaseException, None]) -> Optional[str]:
+    if isinstance(reason, BaseException):
+        reason = str(reason) or type(reason).__name__
+    if not reason:
+        return None
+    # The sidecar refuses an error text that is not UTF-8 (a lone
+    # surrogate) or holds a NUL, and the whole ack with it: a reason must
+    # never cost the ack.
+    return reason.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
 
 
 @dataclass
@@ -111,12 +122,16 @@ class Message:
         return self._payload
 
     def completed(self) -> AckItem:
-        """An ack item reporting this message processed."""
+        """An ack item reporting this message processed (what ``ack`` makes of the message itself)."""
         return AckItem(lease_id=self._lease(), offset=self.offset, status=COMPLETED)
 
-    def failed(self, reason: str = "") -> AckItem:
-        """An ack item reporting this message failed: it is delivered again, and its retry budget charged."""
-        return AckItem(lease_id=self._lease(), offset=self.offset, status=FAILED, error=reason or None)
+    def failed(self, reason: Union[str, BaseException, None] = "") -> AckItem:
+        """An ack item reporting this message failed: it is delivered again, and its retry budget charged.
+
+        ``reason`` (a text, or an exception for its text) is kept with the
+        message if it is dead-lettered.
+        """
+        return AckItem(lease_id=self._lease(), offset=self.offset, status=FAILED, error=_reason_text(reason))
 
     def _lease(self) -> str:
         if not self.lease_id:
