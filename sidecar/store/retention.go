@@ -90,8 +90,16 @@ func (s *Store) LockRetention(ctx context.Context) (_ *RetentionSession, ok bool
 	return r, true, nil
 }
 
-// Close ends the session, and with it the lock.
-func (r *RetentionSession) Close() { closeQuietly(r.conn) }
+// Close gives the lock back and ends the session. The unlock comes first:
+// a closed session's backend lets go of its locks only as it exits, a
+// moment after the close, and the next round (this sidecar's or another's)
+// must find the lock free once Close has returned.
+func (r *RetentionSession) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", retentionLockKey) //nolint:errcheck // the session's end frees it anyway
+	closeQuietly(r.conn)
+}
 
 func closeQuietly(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
