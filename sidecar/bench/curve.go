@@ -44,6 +44,9 @@ type CurvePoint struct {
 	SidecarCPUSeconds  *float64 `json:"sidecarCpuSeconds"`
 	PostgresMicrosPer  *float64 `json:"postgresMicrosPerMessage"`
 	SidecarMicrosPer   *float64 `json:"sidecarMicrosPerMessage"`
+	// Writes is what PostgreSQL wrote from the window's start until the
+	// drain delivered everything, over every message delivered.
+	Writes *Writes `json:"writes"`
 	// Fairness: the partitions that were pushed to in the window, and how
 	// many of them were delivered from (in the window or the drain).
 	PartitionsPushed int   `json:"partitionsPushed"`
@@ -119,6 +122,7 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 	}
 
 	bt := b.newBatcher(queue, name, b.cfg.MixedPartitions)
+	writes := b.countWrites(ctx)
 	m := b.probe.start()
 	end := time.Now().Add(b.cfg.CurveDuration)
 	var inWindow, drained atomic.Int64
@@ -184,6 +188,7 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 			p.SidecarMicrosPer = ptr(*v / float64(p.Delivered) * 1e6)
 		}
 	}
+	p.Writes = writes(p.Delivered + drained.Load())
 	all := pushed.merge(consumed)
 	p.Delivery = summarize(all.delivery)
 	p.AfterCommit = summarize(all.afterCommit)

@@ -29,6 +29,7 @@ func (b *bench) scenarioMixed(ctx context.Context) Result {
 	defer doneC()
 
 	bt := b.newBatcher(queue, ScenarioMixed, b.cfg.MixedPartitions)
+	writes := b.countWrites(ctx)
 	m := b.probe.start()
 	end := time.Now().Add(b.cfg.MixedDuration)
 	var pushed, consumed *tally
@@ -46,6 +47,10 @@ func (b *bench) scenarioMixed(ctx context.Context) Result {
 	// The producers' queued items are "pushed"; messages are deliveries.
 	pushed.pushed, pushed.messages = pushed.messages, 0
 	r.absorb(pushed.merge(consumed), "push")
+	// The consumers stopped with the producers: what they left undelivered
+	// is written for but not counted; at a rate they keep up with, that is
+	// a delivery time's worth of messages.
+	r.Writes = writes(consumed.messages)
 	return r
 }
 

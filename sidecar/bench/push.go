@@ -134,10 +134,12 @@ func (b *bench) pushScenario(ctx context.Context, name string, partitions int) R
 		return r
 	}
 	defer done()
+	writes := b.countWrites(ctx)
 	m := b.probe.start()
 	t := b.pushAll(ctx, conns, b.newBatcher(queue, name, partitions), int64(b.cfg.Messages))
 	m.stop(&r)
 	r.absorb(t, "push")
+	r.Writes = writes(t.messages)
 	if name == ScenarioPush {
 		b.backlog = &backlog{queue: queue, messages: t.messages}
 	}

@@ -90,6 +90,10 @@ type Result struct {
 	Pushed       int64   `json:"pushed,omitempty"`
 	PushedPerSec float64 `json:"pushedPerSec,omitempty"`
 
+	// Writes is what PostgreSQL wrote for the scenario's messages (push,
+	// partitions, mixed; the curve has it for each rate).
+	Writes *Writes `json:"writes,omitempty"`
+
 	// Curve has the curve's figures at each rate; Idle the idle scenario's.
 	Curve []CurvePoint `json:"curve,omitempty"`
 	Idle  *IdleFigures `json:"idle,omitempty"`

@@ -26,6 +26,7 @@ type bench struct {
 	probe   *probe
 	pay     payloads
 	dbURL   string           // the database, when the run knows it (soak reads its tables)
+	writes  *writeProbe      // PostgreSQL's write counters; nil without dbURL
 	backlog *backlog         // push's queue, consumed by popack and autoack
 	pg      *pgserver.Server // the PostgreSQL the bench started; nil when given one
 	spooled *backlog         // what spool left in the sidecar's spool, for replay
@@ -97,6 +98,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	rep.Conditions = conditions(env, cfg)
 	b := &bench{cfg: cfg, runID: rep.RunID, out: out, socket: env.socket, probe: env.probe, pay: pay, pg: env.pg, dbURL: env.dbURL}
+	if b.writes, err = openWriteProbe(ctx, env.dbURL); err != nil {
+		return nil, err
+	}
+	defer b.writes.close()
 
 	if env.sink != nil {
 		ctx = withProducerSpans(ctx)

@@ -51,6 +51,9 @@ func printLine(w io.Writer, r Result) {
 		fmt.Fprintf(w, "; producers pushed %s (%s msg/s)", thousands(float64(r.Pushed)), thousands(r.PushedPerSec))
 	}
 	fmt.Fprintln(w)
+	if r.Writes != nil {
+		fmt.Fprintf(w, "  %s\n", writesLine(r.Writes))
+	}
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(w, "  error: %s\n", s)
 	}
@@ -176,5 +179,6 @@ func curveLine(p CurvePoint) string {
 	d50, d99, _ := latencyCols(p.Delivery)
 	return fmt.Sprintf("%s msg/s offered: %s delivered/s, %s left, delivery p50 %s ms p99 %s ms, PostgreSQL %s µs and sidecar %s µs a message, %d of %d partitions served",
 		thousands(float64(p.OfferedPerSec)), thousands(p.DeliveredPerSec), thousands(float64(p.Left)), d50, d99,
-		opt(p.PostgresMicrosPer, "%.1f"), opt(p.SidecarMicrosPer, "%.1f"), p.PartitionsServed, p.PartitionsPushed)
+		opt(p.PostgresMicrosPer, "%.1f"), opt(p.SidecarMicrosPer, "%.1f"), p.PartitionsServed, p.PartitionsPushed) +
+		"\n    " + writesLine(p.Writes)
 }
