@@ -127,10 +127,11 @@ func (l Lease) EncodeMsgpack(e *msgpack.Encoder) error {
 	return w.failed
 }
 
-// EncodeMsgpack writes r as a map: its items' results, then its leases.
+// EncodeMsgpack writes r as a map: its items' results, its leases, and
+// the result of the pop it carried, if any.
 func (r AckResult) EncodeMsgpack(e *msgpack.Encoder) error {
 	w := fieldWriter{e: e}
-	w.mapLen(2)
+	w.mapLen(2 + boolInt(r.Pop != nil) + boolInt(r.PopError != nil))
 	w.key("results")
 	if w.arrayLen(len(r.Results), r.Results == nil) {
 		for _, it := range r.Results {
@@ -153,6 +154,14 @@ func (r AckResult) EncodeMsgpack(e *msgpack.Encoder) error {
 			w.bool("released", l.Released)
 			w.int("cursor", l.Cursor)
 		}
+	}
+	if r.Pop != nil {
+		w.key("pop")
+		w.err(r.Pop.EncodeMsgpack(e))
+	}
+	if r.PopError != nil {
+		w.key("popError")
+		w.err(e.Encode(r.PopError))
 	}
 	return w.failed
 }

@@ -74,6 +74,14 @@ func invalid(field, format string, args ...any) *Error {
 	return Errorf(CodeInvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
 }
 
+// prefixed names the map an argument error came from: "pop.batch: ...".
+func prefixed(field string, err error) error {
+	if pe, ok := err.(*Error); ok {
+		return Errorf(pe.Code, "%s.%s", field, pe.Message)
+	}
+	return err
+}
+
 // nilIsValue names the keys whose nil is a real value rather than an
 // omission: a payload may be any msgpack value, nil included.
 var nilIsValue = map[string]bool{"payload": true}

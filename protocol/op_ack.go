@@ -36,9 +36,12 @@ type AckItem struct {
 	Error         string `msgpack:"error,omitempty"`
 }
 
-// AckArgs carries the items of one ack call.
+// AckArgs carries the items of one ack call, and, from revision 1.2, the
+// consumer's next pop: served in the same transaction, so that a consumer's
+// cycle costs one round trip and one commit.
 type AckArgs struct {
 	Items []AckItem `msgpack:"items"`
+	Pop   *PopArgs  `msgpack:"pop,omitempty"`
 }
 
 // AckItemResult reports one item. Success means the transaction that moved
@@ -57,10 +60,16 @@ type LeaseState struct {
 	Cursor   int64  `msgpack:"cursor"`
 }
 
-// AckResult is the result of ack.
+// AckResult is the result of ack. Pop is the result of the pop the call
+// carried (revision 1.2); absent when it carried none, and from a sidecar
+// of revision 1.1, which ignores the argument.
 type AckResult struct {
 	Results []AckItemResult `msgpack:"results"`
 	Leases  []LeaseState    `msgpack:"leases"`
+	Pop     *PopResult      `msgpack:"pop,omitempty"`
+	// PopError is why the pop the call carried failed once the acks were
+	// applied; Pop is then empty.
+	PopError *Error `msgpack:"popError,omitempty"`
 }
 
 // LeaseIDsArgs names leases (release; renew adds Seconds).
@@ -88,6 +97,18 @@ type LeaseResults struct {
 func DecodeAckArgs(raw []byte) (AckArgs, error) {
 	var a AckArgs
 	err := walkMap(raw, "args", func(d *dec, key string) error {
+		if key == "pop" {
+			sub, err := d.raw()
+			if err != nil {
+				return invalid(key, "malformed value")
+			}
+			p, err := DecodePopArgs(sub)
+			if err != nil {
+				return prefixed(key, err)
+			}
+			a.Pop = &p
+			return nil
+		}
 		if key != "items" {
 			return skipField(d, key)
 		}

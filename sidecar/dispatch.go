@@ -46,6 +46,23 @@ func (s *Server) operations() map[string]opSpec {
 	}
 }
 
+// connKey holds, in a request's context, the context of its connection,
+// which ends when the client goes.
+type connKey struct{}
+
+// whileConnected is ctx ending also when the request's client goes: for
+// the part of a request that only matters while someone waits for it (the
+// long-poll of an ack carrying a pop), when ctx itself outlives the client.
+func whileConnected(ctx context.Context) (context.Context, context.CancelFunc) {
+	conn, ok := ctx.Value(connKey{}).(context.Context)
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(conn, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
 func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, error) {
 	spec, ok := s.ops[req.Op]
 	if !ok {
@@ -58,6 +75,7 @@ func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, e
 	if spec.waits {
 		ctx = connCtx
 	}
+	ctx = context.WithValue(ctx, connKey{}, connCtx)
 	if req.TimeoutMs > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)

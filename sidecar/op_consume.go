@@ -14,6 +14,18 @@ func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	res, err := s.pop(ctx, a, nil)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// pop serves a pop: a look at once, then, while nothing comes, the wait
+// of a long-poll. first, when given, makes the look at once instead of the
+// pop hub (an ack carrying the pop makes it in its own transaction); its
+// caller found the queue's consumption not paused.
+func (s *Server) pop(ctx context.Context, a protocol.PopArgs, first func(store.PopRequest) (protocol.PopResult, error)) (protocol.PopResult, error) {
 	req := store.PopRequest{
 		Queue: a.Queue, Partition: a.Partition, Group: a.Group, Batch: a.Batch, Partitions: a.Partitions,
 		LeaseSeconds: a.LeaseSeconds, AutoAck: a.AutoAck, Mode: a.SubscriptionMode, From: a.SubscriptionFrom,
@@ -23,7 +35,7 @@ func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 		until = waitUntil(ctx, time.Duration(a.WaitMs)*time.Millisecond)
 	}
 	ctx, span := telemetry.StartPop(ctx, a)
-	if !s.waitWhilePaused(ctx, a.Queue, until) {
+	if first == nil && !s.waitWhilePaused(ctx, a.Queue, until) {
 		res := protocol.PopResult{Messages: []protocol.Message{}, Leases: []protocol.Lease{}, Paused: true}
 		telemetry.EndPop(span, res, nil)
 		return res, nil
@@ -35,15 +47,18 @@ func (s *Server) opPop(ctx context.Context, raw []byte) (any, error) {
 	if sealedAutoAck {
 		req.AutoAck = false
 	}
-	res, err := s.pops.pop(ctx, req, until)
+	var res protocol.PopResult
+	var err error
+	if first == nil {
+		res, err = s.pops.pop(ctx, req, until)
+	} else {
+		res, err = s.pops.lookThenWait(ctx, req, until, first)
+	}
 	if err == nil {
 		res, err = s.openPopped(ctx, res, sealedAutoAck)
 	}
 	telemetry.EndPop(span, res, err)
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return res, err
 }
 
 // openPopped opens the payloads of a pop's messages. When one cannot be
@@ -110,10 +125,56 @@ func (s *Server) opAck(ctx context.Context, raw []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.Pop != nil {
+		return s.ackAndPop(ctx, a.Items, *a.Pop)
+	}
 	ctx, span := telemetry.StartAck(ctx, a.Items)
 	res, err := s.ack(ctx, a.Items)
 	telemetry.EndAck(span, res, err)
 	return res, err
+}
+
+// ackAndPop applies an ack call and serves the pop it carries, the look at
+// once in the ack's transaction (revision 1.2). The acks are applied as
+// any ack's, even if the client hangs up; a long-poll that follows waits
+// only while the client is there. A database out of reach fails the whole
+// call with unavailable: nothing was done. A pop that fails once the acks
+// are applied is reported in the result's popError.
+func (s *Server) ackAndPop(ctx context.Context, items []protocol.AckItem, a protocol.PopArgs) (protocol.AckResult, error) {
+	ctx, span := telemetry.StartAck(ctx, items)
+	var res protocol.AckResult
+	var ackErr error
+	popCtx, cancel := whileConnected(ctx)
+	defer cancel()
+	var popped protocol.PopResult
+	var popErr error
+	if s.control.popPaused(a.Queue) { // the acks now, the pop then waits while paused
+		if res, ackErr = s.ack(ctx, items); ackErr == nil {
+			popped, popErr = s.pop(popCtx, a, nil)
+		}
+	} else {
+		popped, popErr = s.pop(popCtx, a, func(req store.PopRequest) (protocol.PopResult, error) {
+			var popped protocol.PopResult
+			var popErr error
+			res, popped, popErr, ackErr = s.store.AckPop(ctx, items, req, s.opts.MaxFrameBytes)
+			if ackErr != nil {
+				return protocol.PopResult{}, ackErr
+			}
+			return popped, popErr
+		})
+	}
+	if ackErr != nil {
+		telemetry.EndAck(span, res, ackErr)
+		return protocol.AckResult{}, s.toProtocolError(ackErr)
+	}
+	if popErr != nil {
+		pe := s.toProtocolError(popErr)
+		res.PopError = pe
+		popped = emptyPop()
+	}
+	res.Pop = &popped
+	telemetry.EndAck(span, res, nil)
+	return res, nil
 }
 
 func (s *Server) ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {

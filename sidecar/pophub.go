@@ -87,11 +87,20 @@ func (h *popHub) pop(ctx context.Context, req store.PopRequest, until time.Time)
 	if !backlog {
 		return h.wait(ctx, req, until, true)
 	}
+	return h.lookThenWait(ctx, req, until, func(req store.PopRequest) (protocol.PopResult, error) {
+		results, errs := h.s.store.PopMany(ctx, []store.PopRequest{req}, h.s.opts.MaxFrameBytes)
+		return results[0], errs[0]
+	})
+}
+
+// lookThenWait serves a pop with a look of its own, then, if it found
+// nothing and may wait, in the loop of its key.
+func (h *popHub) lookThenWait(ctx context.Context, req store.PopRequest, until time.Time,
+	look func(store.PopRequest) (protocol.PopResult, error)) (protocol.PopResult, error) {
 	// The wake channel is taken before the look: a push committed during
 	// it makes the request look again at once if it waits.
 	woken := h.s.wakes.watch(req.Key().Queue)
-	results, errs := h.s.store.PopMany(ctx, []store.PopRequest{req}, h.s.opts.MaxFrameBytes)
-	res, err := results[0], errs[0]
+	res, err := look(req)
 	h.yielded(req.Key(), len(res.Messages), req.Batch)
 	if err != nil || len(res.Messages) > 0 || !time.Now().Before(until) || h.s.draining.Load() {
 		if err == nil && len(res.Leases) > 0 && ctx.Err() != nil {

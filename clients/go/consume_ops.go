@@ -36,6 +36,29 @@ func (c *Client) Ack(ctx context.Context, items ...AckItem) (AckResult, error) {
 	return res, err
 }
 
+// AckAndPop acks items and pops again in one request: the sidecar applies
+// the acks and serves the pop in one transaction, so a consumer's cycle
+// costs one round trip and one commit (revision 1.2). The pop's result is
+// in res.Pop. The pop comes after the acks in that transaction, so it may
+// deliver what they released (the rest of a partition whose lease they
+// completed); a long-poll waits once the acks are committed. A sidecar of revision 1.1 ignores the pop:
+// AckAndPop then pops on its own. res.PopError, when set, says why the pop
+// failed after the acks were applied.
+func (c *Client) AckAndPop(ctx context.Context, pop PopArgs, items ...AckItem) (AckResult, error) {
+	var res AckResult
+	if err := c.Call(ctx, protocol.OpAck, protocol.AckArgs{Items: items, Pop: &pop}, &res); err != nil {
+		return res, err
+	}
+	if res.Pop == nil && res.PopError == nil { // a sidecar before revision 1.2
+		p, err := c.Pop(ctx, pop)
+		if err != nil {
+			return res, err
+		}
+		res.Pop = &p
+	}
+	return res, nil
+}
+
 // AckMessages acks popped messages completed: ack(pop().messages) in the
 // Python and Node clients. A message without a lease (popped with AutoAck)
 // has nothing to ack and fails the call before anything is sent.

@@ -198,6 +198,87 @@ func popAndAck(ctx context.Context, c *queenside.Client, t *tally, args queensid
 	return len(res.Messages)
 }
 
+// cycler consumes as a consumer of a live queue does: each pop after the
+// first carries the acks of the messages the one before returned, so a
+// cycle is one request, one transaction (the ack's revision 1.2). Its
+// requests are timed as "pop": they are what delivers.
+type cycler struct {
+	c       *queenside.Client
+	t       *tally
+	pending []queenside.AckItem
+}
+
+// next pops once, acking what the last pop returned, and returns how many
+// messages came.
+func (y *cycler) next(ctx context.Context, args queenside.PopArgs) int {
+	start := time.Now()
+	var res queenside.PopResult
+	if len(y.pending) == 0 {
+		var err error
+		if res, err = y.c.Pop(ctx, args); err != nil {
+			y.failed(ctx, start, "pop", err)
+			return 0
+		}
+	} else {
+		ack, err := y.c.AckAndPop(ctx, args, y.pending...)
+		if err != nil {
+			y.failed(ctx, start, "ack with pop", err)
+			return 0
+		}
+		y.checkAck(ack, len(y.pending))
+		y.pending = y.pending[:0]
+		if ack.PopError != nil {
+			y.failed(ctx, start, "pop after the ack", ack.PopError)
+			return 0
+		}
+		res = *ack.Pop
+	}
+	y.t.took("pop", start)
+	y.t.delivered(res.Messages, time.Now())
+	if !args.AutoAck {
+		for _, m := range res.Messages {
+			y.pending = append(y.pending, m.Completed())
+		}
+	}
+	return len(res.Messages)
+}
+
+// flush acks what the last pop returned.
+func (y *cycler) flush(ctx context.Context) {
+	if len(y.pending) == 0 {
+		return
+	}
+	start := time.Now()
+	ack, err := y.c.Ack(ctx, y.pending...)
+	if err != nil {
+		y.failed(ctx, start, "ack", err)
+		return
+	}
+	y.t.took("ack", start)
+	y.checkAck(ack, len(y.pending))
+	y.pending = y.pending[:0]
+}
+
+func (y *cycler) checkAck(ack queenside.AckResult, items int) {
+	if len(ack.Results) != items {
+		y.t.failf("ack: %d results for %d items", len(ack.Results), items)
+	}
+	for _, ir := range ack.Results {
+		if !ir.Success {
+			y.t.failf("ack item %d: %s", ir.Index, ir.Code)
+		}
+	}
+}
+
+func (y *cycler) failed(ctx context.Context, start time.Time, what string, err error) {
+	if ctx.Err() != nil { // an interrupted run is not the sidecar's error
+		return
+	}
+	y.t.took("pop", start)
+	y.t.failf("%s: %v", what, err)
+	time.Sleep(10 * time.Millisecond) // do not spin on a failing sidecar
+}
+
 // backlogFor is the backlog a consuming scenario drains, pushed first if
 // need be; r inherits the preparation's figures, or its failure (false).
 func (b *bench) backlogFor(ctx context.Context, r *Result) (*backlog, bool) {

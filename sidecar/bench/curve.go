@@ -145,6 +145,8 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 		drainEnd := end.Add(curveDrain)
 		consumed = workers(consumers, b.cfg.Inflight, func(_ int, c *queenside.Client, t *tally) {
 			t.partitions = map[string]struct{}{}
+			y := &cycler{c: c, t: t}
+			defer y.flush(ctx)
 			for ctx.Err() == nil && time.Now().Before(drainEnd) {
 				if all := pushedTotal.Load(); all >= 0 && inWindow.Load()+drained.Load() >= all {
 					return
@@ -155,7 +157,7 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 				} else {
 					a.WaitMs = 100 // draining: look again soon, and stop once all is in
 				}
-				n := popAndAck(ctx, c, t, a)
+				n := y.next(ctx, a)
 				switch {
 				case n == 0:
 					t.emptyPops++

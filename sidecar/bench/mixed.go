@@ -89,16 +89,19 @@ func (b *bench) produce(ctx context.Context, conns []*queenside.Client, bt batch
 	})
 }
 
-// consumeUntil long-polls and acks until end. The last wait is cut to what
-// is left, so the consumers stop with the producers.
+// consumeUntil long-polls and acks until end, each ack carried by the
+// next pop. The last wait is cut to what is left, so the consumers stop
+// with the producers.
 func consumeUntil(ctx context.Context, c *queenside.Client, t *tally, args queenside.PopArgs, waitMs int, end time.Time) {
+	y := &cycler{c: c, t: t}
+	defer y.flush(ctx)
 	for ctx.Err() == nil {
 		left := time.Until(end)
 		if left < time.Millisecond {
 			return
 		}
 		args.WaitMs = min(waitMs, int(left/time.Millisecond))
-		if popAndAck(ctx, c, t, args) == 0 {
+		if y.next(ctx, args) == 0 {
 			t.emptyPops++
 			if args.WaitMs == 0 {
 				time.Sleep(time.Millisecond) // no long-poll asked for: do not spin

@@ -20,16 +20,19 @@ import (
 // Consumption rounds. Pops and acks are fused as pushes are (fuse.go): what
 // is waiting when one round ends goes into the next, one transaction, so
 // that consumers asking at about the same moment share one commit, one
-// round trip and each statement's fixed cost. A round serves its pops
-// first, one call of pop_many per PopKey, then applies all its acks in one
-// call of ack_call. Up to roundWorkers rounds run at once, and an idle
-// sidecar runs a request's round at once.
+// round trip and each statement's fixed cost. A round applies all its acks
+// first, in one call of ack_call, then serves its pops, one call of
+// pop_many per PopKey, so that a pop sees what the acks freed: an ack
+// that carries its consumer's next pop (AckPop) is answered as if the two
+// came one after the other. Up to roundWorkers rounds run at once, and an
+// idle sidecar runs a request's round at once.
 //
 // Fusing changes no outcome: pops of one key get partitions in the order
 // they arrived, exactly as one after the other; ack calls that name the
 // same lease never run at once (the later waits for the next round), so each
-// lease's items are applied as if every call ran alone; pops go first so a
-// round never moves a cursor twice. A round that fails on the data of one
+// lease's items are applied as if every call ran alone, and a pop takes a
+// partition an ack of its round released as the next round would. A round
+// that fails on the data of one
 // request, or whose pop result would be too large, is run again request
 // by request, so that no request can fail another's.
 
@@ -40,7 +43,9 @@ const (
 	maxRoundItems = 20000
 )
 
-// roundJob is one request: a pop batch of one PopKey, or an ack call.
+// roundJob is one request: a pop batch of one PopKey, an ack call, or an
+// ack call with the pop it carries (AckPop), whose parts then share a
+// transaction even when the job runs alone.
 type roundJob struct {
 	ctx      context.Context
 	pops     []PopRequest
@@ -79,6 +84,26 @@ func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.Ack
 		return protocol.AckResult{}, err
 	}
 	return r.ack, r.err
+}
+
+// AckPop applies an ack call and serves a pop in one transaction: a
+// consumer's cycle in one round trip and one commit. As in any round the
+// acks go first, so the pop may deliver what they released (the rest of a
+// partition whose lease they completed). err is the ack call's (nothing
+// was done); popErr the pop's,
+// after the acks were applied: should the two not fit in one transaction
+// (a pop result too large, or one request's data failing it), the ack is
+// applied alone and then the pop served alone.
+func (s *Store) AckPop(ctx context.Context, items []protocol.AckItem, pop PopRequest, maxBytes int) (
+	ack protocol.AckResult, popped protocol.PopResult, popErr, err error) {
+	r, err := s.round(ctx, &roundJob{acks: items, pops: []PopRequest{pop}, maxBytes: maxBytes})
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return protocol.AckResult{}, protocol.PopResult{}, nil, err
+	}
+	return r.ack, r.pops[0], r.popErrs[0], nil
 }
 
 func (s *Store) round(ctx context.Context, job *roundJob) (roundResult, error) {
@@ -264,7 +289,7 @@ func (s *Store) runRound(jobs []*roundJob) {
 	switch {
 	case err != nil && IsUnavailable(err):
 		for _, j := range live {
-			j.done <- roundResult{err: err, pops: make([]protocol.PopResult, len(j.pops)), popErrs: repeat(err, len(j.pops))}
+			j.done <- unavailableResult(j, err)
 		}
 	case err != nil:
 		// Something in one request's data failed the round, or a pop
@@ -279,6 +304,11 @@ func (s *Store) runRound(jobs []*roundJob) {
 	}
 }
 
+// unavailableResult answers every part of j with err: nothing was done.
+func unavailableResult(j *roundJob, err error) roundResult {
+	return roundResult{err: err, pops: make([]protocol.PopResult, len(j.pops)), popErrs: repeat(err, len(j.pops))}
+}
+
 func (s *Store) runAlone(j *roundJob) {
 	var r roundResult
 	span := roundSpan([]*roundJob{j})
@@ -287,13 +317,37 @@ func (s *Store) runAlone(j *roundJob) {
 			telemetry.End(span, errors.Join(append(r.popErrs, r.err)...))
 		}
 	}()
-	if j.pops != nil {
-		r.pops, r.popErrs = s.popAlone(j.ctx, j.pops, j.maxBytes)
-	} else {
+	if len(j.acks) > 0 && len(j.pops) > 0 { // an ack carrying a pop: one transaction if it can be
+		var answers []roundResult
+		err := againIfAborted(j.ctx, func() (err error) {
+			answers, err = s.fusedRound(j.ctx, []*roundJob{j})
+			return err
+		})
+		switch {
+		case err == nil:
+			r = answers[0]
+			j.done <- r
+			return
+		case IsUnavailable(err) || j.ctx.Err() != nil:
+			r = unavailableResult(j, err)
+			j.done <- r
+			return
+		}
+		// The pop's result is too large, or the data failed the
+		// transaction: each part alone.
+	}
+	if len(j.acks) > 0 {
 		r.err = againIfAborted(j.ctx, func() (err error) {
 			r.ack, err = ackThrough(j.ctx, s.pool, j.acks)
 			return err
 		})
+	}
+	if len(j.pops) > 0 {
+		if r.err != nil {
+			r.pops, r.popErrs = make([]protocol.PopResult, len(j.pops)), repeat(r.err, len(j.pops))
+		} else {
+			r.pops, r.popErrs = s.popAlone(j.ctx, j.pops, j.maxBytes)
+		}
 	}
 	j.done <- r
 }
@@ -301,8 +355,8 @@ func (s *Store) runAlone(j *roundJob) {
 // errTooLarge marks a round rolled back because a pop result would not fit.
 var errTooLarge = fmt.Errorf("store: a pop result of the round is too large")
 
-// fusedRound runs jobs in one transaction: pops first, the pops of each key
-// in one call, then every ack in one call. It commits only if every pop
+// fusedRound runs jobs in one transaction: every ack in one call, then the
+// pops, the pops of each key in one call. It commits only if every pop
 // result fits in its request's limit.
 func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult, error) {
 	// The pops, grouped by key in order of arrival: each job's requests
@@ -318,9 +372,11 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	var ackItems []protocol.AckItem
 	ackFrom := make([]int, len(jobs))
 	for i, j := range jobs {
-		if j.pops == nil {
+		if len(j.acks) > 0 {
 			ackFrom[i] = len(ackItems)
 			ackItems = append(ackItems, j.acks...)
+		}
+		if len(j.pops) == 0 {
 			continue
 		}
 		k := j.pops[0].Key()
@@ -351,11 +407,11 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	defer conn.Release()
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	for _, g := range groups {
-		g.call.queue(&b)
-	}
 	if len(ack.sent) > 0 {
 		b.Queue(ackSQL, ack.args(ackItems)...)
+	}
+	for _, g := range groups {
+		g.call.queue(&b)
 	}
 	br := conn.SendBatch(ctx, &b)
 	answers := make([]roundResult, len(jobs))
@@ -363,6 +419,15 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	err = func() error {
 		if _, err := br.Exec(); err != nil { // BEGIN
 			return err
+		}
+		if len(ack.sent) > 0 {
+			rows, err := br.Query()
+			if err != nil {
+				return fmt.Errorf("ack: %w", err)
+			}
+			if ackRes, err = ack.finish(rows, ackRes); err != nil {
+				return err
+			}
 		}
 		for _, g := range groups {
 			res, sizes, err := g.call.read(br)
@@ -377,15 +442,6 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 				answers[i].pops = res[g.first[n]:to]
 				answers[i].popErrs = make([]error, to-g.first[n])
 				tooLarge = tooLarge || slices.Max(sizes[g.first[n]:to]) > jobs[i].maxBytes
-			}
-		}
-		if len(ack.sent) > 0 {
-			rows, err := br.Query()
-			if err != nil {
-				return fmt.Errorf("ack: %w", err)
-			}
-			if ackRes, err = ack.finish(rows, ackRes); err != nil {
-				return err
 			}
 		}
 		return nil
@@ -407,7 +463,7 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 		return nil, err
 	}
 	for i, j := range jobs {
-		if j.pops == nil {
+		if len(j.acks) > 0 {
 			answers[i].ack = splitAck(ackRes.Results[ackFrom[i]:ackFrom[i]+len(j.acks)], ackFrom[i], j.acks, ackRes.Leases)
 		}
 	}
