@@ -70,8 +70,11 @@ const settleTimeout = 10 * time.Second
 // ends, the message in hand is finished, what completed is acked, and the
 // rest of the leases is released so that other consumers get it at once.
 // Consume returns nil after a clean stop, or the error that ended it.
-// With opts.AckAsync, acks go in the background (see ConsumeOptions), and
-// Consume returns only once every pending ack was answered.
+// Without opts.AckAsync, a batch's acks ride on the next pop, which the
+// sidecar serves in the acks' transaction (AckAndPop): a cycle is one
+// request. With opts.AckAsync, acks go in the background (see
+// ConsumeOptions), and Consume returns only once every pending ack was
+// answered.
 func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts ConsumeOptions) (err error) {
 	opts.defaults()
 	var ack *acker
@@ -84,6 +87,17 @@ func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts Cons
 			}
 		}()
 	}
+	// Without AckAsync, the acks of a batch ride on the next pop (one
+	// request, one transaction: AckAndPop); those still held when the
+	// loop stops are sent on their own.
+	var carried []AckItem
+	defer func() {
+		if len(carried) > 0 {
+			if aerr := c.settle(ctx, carried, nil); err == nil {
+				err = aerr
+			}
+		}
+	}()
 	for ctx.Err() == nil {
 		waitMs := opts.WaitMs
 		if ack != nil && ack.busy() {
@@ -92,10 +106,11 @@ func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts Cons
 			// waiting, and wait for the acks if nothing came.
 			waitMs = 0
 		}
-		res, err := c.Pop(ctx, PopArgs{
+		args := PopArgs{
 			Queue: queue, Group: opts.Group, Partition: opts.Partition, Batch: opts.Batch,
 			Partitions: opts.Partitions, WaitMs: waitMs, LeaseSeconds: opts.LeaseSeconds,
-		})
+		}
+		res, err := c.popCarrying(ctx, args, &carried)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -111,7 +126,7 @@ func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts Cons
 			ack.wait()
 			continue
 		}
-		if err := c.handleBatch(ctx, res, h, opts, ack); err != nil {
+		if carried, err = c.handleBatch(ctx, res, h, opts, ack); err != nil {
 			return err
 		}
 		if ack != nil && opts.OnAckError == nil {
@@ -123,12 +138,32 @@ func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts Cons
 	return nil
 }
 
-// handleBatch runs h over one pop's messages, lease by lease. With ack
-// (AckAsync), the acks of a batch that only completed messages are left to
-// it, and so is stopping the renewals of its leases.
-func (c *Client) handleBatch(ctx context.Context, res PopResult, h Handler, opts ConsumeOptions, ack *acker) error {
+// popCarrying pops, carrying the acks *carried holds (AckAndPop). Once
+// the sidecar has them, *carried is emptied, even if the pop that came
+// with them failed; an error before that leaves them for the next try.
+func (c *Client) popCarrying(ctx context.Context, args PopArgs, carried *[]AckItem) (PopResult, error) {
+	if len(*carried) == 0 {
+		return c.Pop(ctx, args)
+	}
+	ar, err := c.AckAndPop(ctx, args, *carried...)
+	if err != nil {
+		return PopResult{}, err
+	}
+	*carried = nil
+	if ar.PopError != nil {
+		return PopResult{}, ar.PopError
+	}
+	return *ar.Pop, nil
+}
+
+// handleBatch runs h over one pop's messages, lease by lease, and returns
+// the acks for the next pop to carry. With ack (AckAsync), the acks of a
+// batch that only completed messages are left to it, and so is stopping
+// the renewals of its leases. Leases to release (the loop is stopping)
+// are released at once, after the acks.
+func (c *Client) handleBatch(ctx context.Context, res PopResult, h Handler, opts ConsumeOptions, ack *acker) ([]AckItem, error) {
 	if len(res.Leases) == 0 {
-		return nil
+		return nil, nil
 	}
 	stopRenew := c.keepRenewing(res.Leases, opts)
 	renewing := true
@@ -173,7 +208,7 @@ func (c *Client) handleBatch(ctx context.Context, res PopResult, h Handler, opts
 		if !failed && len(release) == 0 {
 			renewing = false
 			ack.add(acks, stopRenew)
-			return nil
+			return nil, nil
 		}
 		// A failure or a release: every pending ack goes first, so that
 		// none is refused because its lease was released or rewound.
@@ -181,6 +216,16 @@ func (c *Client) handleBatch(ctx context.Context, res PopResult, h Handler, opts
 		ack.wait()
 		acks = nil
 	}
+	if len(release) == 0 {
+		// The leases were renewed a moment ago: they outlive the short
+		// wait for the next pop, which carries their acks.
+		return acks, nil
+	}
+	return nil, c.settle(ctx, acks, release)
+}
+
+// settle sends acks, then releases leases, even while ctx ends.
+func (c *Client) settle(ctx context.Context, acks []AckItem, release []string) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	if len(acks) > 0 {

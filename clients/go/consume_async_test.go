@@ -29,6 +29,9 @@ func (oc *opCounter) count(op string) int {
 	return oc.byOp[op]
 }
 
+// opAckWithPop is how opCounter counts an ack that carries a pop.
+const opAckWithPop = "ack+pop"
+
 // countingProxy serves a socket that forwards to upstream, and counts.
 func countingProxy(t *testing.T, upstream string) (string, *opCounter) {
 	t.Helper()
@@ -60,8 +63,12 @@ func countingProxy(t *testing.T, upstream string) (string, *opCounter) {
 					}
 					var req protocol.Request
 					if protocol.Unmarshal(body, &req) == nil {
+						op := req.Op
+						if a, err := protocol.DecodeAckArgs(req.Args); op == protocol.OpAck && err == nil && a.Pop != nil {
+							op = opAckWithPop
+						}
 						oc.mu.Lock()
-						oc.byOp[req.Op]++
+						oc.byOp[op]++
 						oc.mu.Unlock()
 					}
 					if protocol.WriteFrame(up, body) != nil {

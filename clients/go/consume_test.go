@@ -127,3 +127,52 @@ func TestConsumeStopReleasesWhatItDidNotStart(t *testing.T) {
 		t.Fatalf("after the stop: %d messages from %v (%v)", len(res.Messages), res.Messages, err)
 	}
 }
+
+// Without AckAsync, each batch's acks ride on the next pop: one request a
+// cycle; only the acks still held when the loop stops go on their own.
+func TestConsumeCarriesEachBatchsAcksOnTheNextPop(t *testing.T) {
+	const n, partitions = 300, 10
+	path := startSidecar(t)
+	proxied, counter := countingProxy(t, path)
+	c, check := dial(t, proxied), dial(t, path)
+	pushPartitioned(t, check, "carried", n, partitions)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	seen := map[string]int{}
+	batches := map[string]bool{}
+	err := c.Consume(ctx, "carried", func(_ context.Context, m queenside.Message) error {
+		seen[m.TransactionID]++
+		batches[m.LeaseID] = true
+		if len(seen) == n {
+			cancel()
+		}
+		return nil
+	}, queenside.ConsumeOptions{Group: "g", Batch: 10, WaitMs: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != n {
+		t.Fatalf("handled %d distinct messages, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s handled %d times", id, k)
+		}
+	}
+	st, err := check.Stats(context.Background(), "carried")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Partitions {
+		if g := p.Groups[0]; g.Lag != 0 || g.Leased {
+			t.Fatalf("partition %s after consuming: %+v", p.Partition, g)
+		}
+	}
+	pops, carried, plain := counter.count(protocol.OpPop), counter.count(opAckWithPop), counter.count(protocol.OpAck)
+	t.Logf("%d batches: %d pops, %d acks carrying a pop, %d plain acks", len(batches), pops, carried, plain)
+	if pops != 1 || plain > 1 || carried < len(batches)-1 {
+		t.Fatalf("%d pops, %d acks carrying a pop and %d plain acks for %d batches: want one pop, the acks of every batch but the last carried, and at most one plain ack",
+			pops, carried, plain, len(batches))
+	}
+}
