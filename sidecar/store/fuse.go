@@ -2,32 +2,22 @@ package store
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/queenside/queenside/sidecar/groupcommit"
 	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
-// Group commit. Concurrent pushes, from any number of connections, are
-// fused into one transaction, so under load one commit (one WAL flush, one
-// round trip, one call's fixed cost) carries many requests.
-//
-// One worker at a time gathers the pushes waiting. It starts its
-// transaction at once when none is running (an idle sidecar adds no delay)
-// or when what it holds touches many partitions (such transactions are
-// heavy, and two running side by side keep PostgreSQL's cores busy).
-// Otherwise it keeps gathering until the running transaction ends, or a
-// short hold runs out: small transactions one after the other, each as full
-// as possible, cost PostgreSQL least. Measured in BENCHMARKS.md.
-//
-// Fusing changes no outcome: items keep their order (requests in
-// arrival order, items in request order, so one request's items for a
-// partition stay consecutive), a transaction id repeated across fused
-// requests is a duplicate of the earlier one exactly as if they had run one
-// after the other, and a request whose data fails a fused transaction is
-// retried alone so that it cannot fail anyone else's.
+// Group commit of pushes (sidecar/groupcommit): concurrent pushes, from any
+// number of connections, share one transaction. A batch touching many
+// partitions is heavy, and starts beside a running one at once. Fusing
+// changes no outcome: items keep their order (requests in arrival order,
+// items in request order, so one request's items for a partition stay
+// consecutive), and a transaction id repeated across fused requests is a
+// duplicate of the earlier one exactly as if they had run one after the
+// other. Measured in BENCHMARKS.md.
 
 const (
 	pushWorkers    = 4     // transactions that may run at once
@@ -37,7 +27,7 @@ const (
 	// heavyPartitions is how many partitions make a transaction worth
 	// running beside another rather than waiting to fuse.
 	heavyPartitions = 64
-	// maxHold bounds how long gathered pushes wait for a running
+	// maxHold bounds how long gathered requests wait for a running
 	// transaction (one stuck on a lock must not stall the rest).
 	maxHold = 5 * time.Millisecond
 )
@@ -57,10 +47,8 @@ type pushResult struct {
 // transaction that holds them committed.
 func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	job := &pushJob{ctx: ctx, msgs: msgs, done: make(chan pushResult, 1)}
-	select {
-	case s.pushes <- job:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := s.pushes.Submit(ctx, job); err != nil {
+		return nil, err
 	}
 	select {
 	case r := <-job.done:
@@ -92,148 +80,56 @@ func (s *Store) wakeLocally(msgs []Message) {
 	}
 }
 
-// runPushers serves pushes until ctx ends.
-func (s *Store) runPushers(ctx context.Context) {
-	for range pushWorkers {
-		go s.pushWorker(ctx)
-	}
+// newPushScheduler is the group commit of pushes.
+func (s *Store) newPushScheduler() *groupcommit.Scheduler[*pushJob] {
+	return groupcommit.New(groupcommit.Config[*pushJob]{
+		Workers: pushWorkers, Depth: pushQueueDepth, MaxItems: maxFusedItems, MaxHold: maxHold, Timeout: fusedTxTimeout,
+		Context: func(j *pushJob) context.Context { return j.ctx },
+		Weight:  func(j *pushJob) int { return len(j.msgs) },
+		Heavy:   touchesManyPartitions,
+		Run:     s.commitFused,
+		Alone:   func(j *pushJob) { j.done <- s.pushAlone(j) },
+		Fail:    func(j *pushJob, err error) { j.done <- pushResult{err: err} },
+		Retry:   retryAlone,
+	})
 }
 
-// txGate tracks the push transactions running, for gathering workers.
-type txGate struct {
-	gather  sync.Mutex // held by the one worker gathering
-	mu      sync.Mutex
-	running int
-	ended   chan struct{} // closed when a transaction ends, then replaced
-}
+// retryAlone tells a failure of a shared transaction after which each
+// request is run alone: anything but the database out of reach may be one
+// request's data, which must not fail the others.
+func retryAlone(err error) bool { return !IsUnavailable(err) }
 
-func (g *txGate) state() (int, <-chan struct{}) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.ended == nil {
-		g.ended = make(chan struct{})
-	}
-	return g.running, g.ended
-}
-
-func (g *txGate) begin() {
-	g.mu.Lock()
-	g.running++
-	g.mu.Unlock()
-}
-
-func (g *txGate) end() {
-	g.mu.Lock()
-	g.running--
-	if g.ended != nil {
-		close(g.ended)
-		g.ended = nil
-	}
-	g.mu.Unlock()
-}
-
-func (s *Store) pushWorker(ctx context.Context) {
-	for {
-		jobs := s.gatherPushes(ctx)
-		if jobs == nil {
-			return
-		}
-		s.gate.begin()
-		s.commitFused(jobs)
-		s.gate.end()
-	}
-}
-
-// gatherPushes returns the next transaction's pushes, or nil when ctx ends.
-func (s *Store) gatherPushes(ctx context.Context) []*pushJob {
-	s.gate.gather.Lock()
-	defer s.gate.gather.Unlock()
-	var jobs []*pushJob
-	items := 0
+func touchesManyPartitions(jobs []*pushJob) bool {
 	partitions := map[partitionKey]struct{}{}
-	add := func(j *pushJob) {
-		jobs, items = append(jobs, j), items+len(j.msgs)
+	for _, j := range jobs {
 		for i := range j.msgs {
 			partitions[partitionKey{j.msgs[i].Queue, j.msgs[i].Partition}] = struct{}{}
+			if len(partitions) >= heavyPartitions {
+				return true
+			}
 		}
 	}
-	select {
-	case j := <-s.pushes:
-		add(j)
-	case <-ctx.Done():
-		return nil
-	}
-	var hold <-chan time.Time
-	for items < maxFusedItems {
-		select { // whatever is already waiting
-		case j := <-s.pushes:
-			add(j)
-			continue
-		default:
-		}
-		running, ended := s.gate.state()
-		if running == 0 || len(partitions) >= heavyPartitions {
-			break
-		}
-		if hold == nil {
-			t := time.NewTimer(maxHold)
-			defer t.Stop()
-			hold = t.C
-		}
-		select {
-		case j := <-s.pushes:
-			add(j)
-		case <-ended:
-		case <-hold:
-			return jobs
-		case <-ctx.Done():
-			return jobs
-		}
-	}
-	return jobs
+	return false
 }
 
-// commitFused runs jobs in one transaction and answers each.
-func (s *Store) commitFused(jobs []*pushJob) {
-	live := jobs[:0]
-	for _, j := range jobs {
-		if err := j.ctx.Err(); err != nil {
-			j.done <- pushResult{err: err} // gave up before anything was written
-			continue
-		}
-		live = append(live, j)
-	}
-	if len(live) == 0 {
-		return
-	}
-	if len(live) == 1 { // the caller's own deadline bounds its transaction
-		live[0].done <- s.pushAlone(live[0])
-		return
-	}
+// commitFused runs jobs in one transaction and answers each, or returns
+// the error that failed it, having answered none.
+func (s *Store) commitFused(ctx context.Context, jobs []*pushJob) error {
 	var all []Message
-	for _, j := range live {
+	for _, j := range jobs {
 		all = append(all, j.msgs...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), fusedTxTimeout)
-	span := pushSpan(live, len(all))
+	span := pushSpan(jobs, len(all))
 	out, err := s.pushTx(ctx, all)
 	telemetry.End(span, err)
-	cancel()
-	if err != nil && !IsUnavailable(err) {
-		// Something in the data failed the whole transaction: find out whose
-		// by running each request on its own.
-		for _, j := range live {
-			j.done <- s.pushAlone(j)
-		}
-		return
+	if err != nil {
+		return err
 	}
-	for _, j := range live {
-		r := pushResult{err: err}
-		if err == nil {
-			r.out, out = out[:len(j.msgs):len(j.msgs)], out[len(j.msgs):]
-		}
-		j.done <- r
+	for _, j := range jobs {
+		j.done <- pushResult{out: out[:len(j.msgs):len(j.msgs)]}
+		out = out[len(j.msgs):]
 	}
+	return nil
 }
 
 // pushAlone runs one request's push in a transaction of its own.

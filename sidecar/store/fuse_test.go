@@ -42,7 +42,7 @@ func TestFusedFailureIsIsolated(t *testing.T) {
 	bad := messages("p", "bad", 1)
 	bad[0].TransactionID = "not \xff utf-8" // refused by PostgreSQL's text input
 	jobs := []*pushJob{newJob(messages("p", "a", 3)), newJob(bad), newJob(messages("p", "b", 2)), newJob(messages("other", "c", 2))}
-	s.commitFused(jobs)
+	s.pushes.RunBatch(jobs)
 	results := make([]pushResult, len(jobs))
 	for i, j := range jobs {
 		results[i] = <-j.done
@@ -72,7 +72,7 @@ func TestFusedRepeatIsADuplicateOfTheEarlierRequest(t *testing.T) {
 	s := openStore(t)
 	first, second := messages("p", "same", 1), messages("p", "same", 1)
 	jobs := []*pushJob{newJob(first), newJob(second)}
-	s.commitFused(jobs)
+	s.pushes.RunBatch(jobs)
 	a, b := <-jobs[0].done, <-jobs[1].done
 	if a.err != nil || b.err != nil {
 		t.Fatal(a.err, b.err)
@@ -89,7 +89,7 @@ func TestFusedSkipsDepartedCallers(t *testing.T) {
 	cancel()
 	gone := &pushJob{ctx: ctx, msgs: messages("p", "gone", 1), done: make(chan pushResult, 1)}
 	kept := newJob(messages("p", "kept", 1))
-	s.commitFused([]*pushJob{gone, kept})
+	s.pushes.RunBatch([]*pushJob{gone, kept})
 	if r := <-gone.done; r.err == nil {
 		t.Fatal("a canceled request was stored")
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,33 +13,36 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/groupcommit"
 	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
-// Consumption rounds. Pops and acks are fused as pushes are (fuse.go): what
-// is waiting when one round ends goes into the next, one transaction, so
-// that consumers asking at about the same moment share one commit, one
-// round trip and each statement's fixed cost. A round applies all its acks
-// first, in one call of ack_call, then serves its pops, one call of
-// pop_many per PopKey, so that a pop sees what the acks freed: an ack
-// that carries its consumer's next pop (AckPop) is answered as if the two
-// came one after the other. Up to roundWorkers rounds run at once, and an
-// idle sidecar runs a request's round at once.
+// Consumption rounds. Pops and acks are fused as pushes are, by the same
+// group commit (sidecar/groupcommit): what waits while a round runs goes
+// into the next, one transaction, so that consumers asking at about the
+// same moment share one commit, one round trip and each statement's fixed
+// cost. A round applies all its acks first, in one call of ack_call, then
+// serves its pops, one call of pop_many per PopKey, so that a pop sees what
+// the acks freed: an ack that carries its consumer's next pop (AckPop) is
+// answered as if the two came one after the other.
 //
 // Fusing changes no outcome: pops of one key get partitions in the order
 // they arrived, exactly as one after the other; ack calls that name the
-// same lease never run at once (the later waits for the next round), so each
-// lease's items are applied as if every call ran alone, and a pop takes a
-// partition an ack of its round released as the next round would. A round
-// that fails on the data of one
+// same lease never run at once (a lease is a key of the group commit: the
+// later waits for the next round), so each lease's items are applied as if
+// every call ran alone, and a pop takes a partition an ack of its round
+// released as the next round would. A round that fails on the data of one
 // request, or whose pop result would be too large, is run again request
-// by request, so that no request can fail another's.
+// by request.
 
 const (
+	roundWorkers    = 4 // rounds that may run at once
 	roundQueueDepth = 1024
-	// maxRoundItems stops a round gathering more requests: messages asked
-	// for by its pops and items of its acks.
+	// maxRoundItems stops a round gathering more requests, and heavyRound
+	// makes one start beside a running one: partitions asked for by its
+	// pops and items of its acks.
 	maxRoundItems = 20000
+	heavyRound    = 40
 )
 
 // roundJob is one request: a pop batch of one PopKey, an ack call, or an
@@ -108,10 +110,8 @@ func (s *Store) AckPop(ctx context.Context, items []protocol.AckItem, pop PopReq
 
 func (s *Store) round(ctx context.Context, job *roundJob) (roundResult, error) {
 	job.ctx, job.done = ctx, make(chan roundResult, 1)
-	select {
-	case s.rounds <- job:
-	case <-ctx.Done():
-		return roundResult{}, ctx.Err()
+	if err := s.rounds.Submit(ctx, job); err != nil {
+		return roundResult{}, err
 	}
 	select {
 	case r := <-job.done:
@@ -144,164 +144,56 @@ func (s *Store) releaseUnsent(job *roundJob) {
 	}
 }
 
-// roundWorkers is how many rounds may run at once: a pop round and an ack
-// round side by side keep a consumer's cycle short when both are busy.
-const roundWorkers = 4
-
-// roundLeases tracks the leases named by the ack calls of running rounds,
-// so that no two running rounds name the same lease.
-type roundLeases struct {
-	mu    sync.Mutex
-	busy  map[string]bool
-	freed *sync.Cond
-}
-
-func newRoundLeases() *roundLeases {
-	l := &roundLeases{busy: map[string]bool{}}
-	l.freed = sync.NewCond(&l.mu)
-	return l
-}
-
-// runRounds runs rounds until ctx ends.
-func (s *Store) runRounds(ctx context.Context) {
-	leases := newRoundLeases()
-	for range roundWorkers {
-		go s.roundWorker(ctx, leases)
-	}
-}
-
-func (s *Store) roundWorker(ctx context.Context, leases *roundLeases) {
-	var later []*roundJob // put off: they name a lease of another round
-	for {
-		jobs := later
-		if len(jobs) == 0 {
-			select {
-			case j := <-s.rounds:
-				jobs = []*roundJob{j}
-			case <-ctx.Done():
-				return
+// newRoundScheduler is the group commit of pops and acks.
+func (s *Store) newRoundScheduler() *groupcommit.Scheduler[*roundJob] {
+	return groupcommit.New(groupcommit.Config[*roundJob]{
+		Workers: roundWorkers, Depth: roundQueueDepth, MaxItems: maxRoundItems, MaxHold: maxHold, Timeout: fusedTxTimeout,
+		Context: func(j *roundJob) context.Context { return j.ctx },
+		Weight:  (*roundJob).weight,
+		Heavy: func(jobs []*roundJob) bool {
+			w := 0
+			for _, j := range jobs {
+				w += j.weight()
 			}
-		}
-		jobs, later = leases.gather(jobs, s.rounds)
-		if len(jobs) == 0 {
-			leases.await(later) // every one names a lease of a running round
-			continue
-		}
-		s.runRound(jobs)
-		leases.release(jobs)
-	}
-}
-
-// gather adds the requests waiting now to jobs, up to maxRoundItems, and
-// returns those to run together, their leases now busy, and those to put
-// off.
-func (l *roundLeases) gather(jobs []*roundJob, waiting <-chan *roundJob) (run, later []*roundJob) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	items := 0
-	add := func(j *roundJob) {
-		if l.anyBusy([]*roundJob{j}) {
-			later = append(later, j)
-			return
-		}
-		for _, it := range j.acks {
-			l.busy[it.LeaseID] = true
-		}
-		items += len(j.acks)
-		for _, r := range j.pops {
-			items += r.Batch
-		}
-		run = append(run, j)
-	}
-	for _, j := range jobs {
-		add(j)
-	}
-	for items < maxRoundItems {
-		select {
-		case j := <-waiting:
-			add(j)
-			continue
-		default:
-		}
-		break
-	}
-	return run, later
-}
-
-// await waits until the leases of jobs are no longer busy.
-func (l *roundLeases) await(jobs []*roundJob) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for l.anyBusy(jobs) {
-		l.freed.Wait()
-	}
-}
-
-func (l *roundLeases) anyBusy(jobs []*roundJob) bool {
-	for _, j := range jobs {
-		for _, it := range j.acks {
-			if l.busy[it.LeaseID] {
-				return true
+			return w >= heavyRound
+		},
+		Keys: func(j *roundJob) []string {
+			keys := make([]string, len(j.acks))
+			for i, it := range j.acks {
+				keys[i] = it.LeaseID
 			}
-		}
-	}
-	return false
-}
-
-func (l *roundLeases) release(jobs []*roundJob) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, j := range jobs {
-		for _, it := range j.acks {
-			delete(l.busy, it.LeaseID)
-		}
-	}
-	l.freed.Broadcast()
-}
-
-// runRound runs jobs in one transaction and answers each, or, when that
-// cannot be, each alone.
-func (s *Store) runRound(jobs []*roundJob) {
-	live := jobs[:0]
-	for _, j := range jobs {
-		if err := j.ctx.Err(); err != nil {
-			j.done <- roundResult{err: err} // gave up before anything was written
-			continue
-		}
-		live = append(live, j)
-	}
-	switch {
-	case len(live) == 0:
-		return
-	case len(live) == 1: // the caller's own deadline bounds its transaction
-		s.runAlone(live[0])
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), fusedTxTimeout)
-	defer cancel()
-	var answers []roundResult
-	span := roundSpan(live)
-	err := againIfAborted(ctx, func() (err error) {
-		answers, err = s.fusedRound(ctx, live)
-		return err
+			return keys
+		},
+		Run: func(ctx context.Context, jobs []*roundJob) error {
+			span := roundSpan(jobs)
+			var answers []roundResult
+			err := againIfAborted(ctx, func() (err error) {
+				answers, err = s.fusedRound(ctx, jobs)
+				return err
+			})
+			telemetry.End(span, err)
+			if err != nil {
+				return err
+			}
+			for i, j := range jobs {
+				j.done <- answers[i]
+			}
+			return nil
+		},
+		Alone: s.runAlone,
+		Fail:  func(j *roundJob, err error) { j.done <- unavailableResult(j, err) },
+		Retry: retryAlone,
 	})
-	telemetry.End(span, err)
-	switch {
-	case err != nil && IsUnavailable(err):
-		for _, j := range live {
-			j.done <- unavailableResult(j, err)
-		}
-	case err != nil:
-		// Something in one request's data failed the round, or a pop
-		// result would be too large: serve each request alone.
-		for _, j := range live {
-			s.runAlone(j)
-		}
-	default:
-		for i, j := range live {
-			j.done <- answers[i]
-		}
+}
+
+// weight is what a request adds to its round: the partitions its pops ask
+// for and its ack items.
+func (j *roundJob) weight() int {
+	w := len(j.acks)
+	for _, r := range j.pops {
+		w += r.Partitions
 	}
+	return w
 }
 
 // unavailableResult answers every part of j with err: nothing was done.

@@ -57,7 +57,7 @@ func TestRoundServesPopsInArrivalOrder(t *testing.T) {
 	pushOne(t, s, "q", "p0", "p1", "p2", "p3", "p4")
 	req := PopRequest{Queue: "q", Group: "g", Batch: 10, Partitions: 2}
 	a, b, c := popJob(1<<20, req), popJob(1<<20, req), popJob(1<<20, req)
-	s.runRound([]*roundJob{a, b, c})
+	s.rounds.RunBatch([]*roundJob{a, b, c})
 	got := [][]string{}
 	for _, j := range []*roundJob{a, b, c} {
 		r := <-j.done
@@ -95,7 +95,7 @@ func TestRoundAnswersEachAckAndIsolatesAFailure(t *testing.T) {
 	badJob := ackJob(bad...)
 	pushOne(t, s, "q", "p3")
 	pop := popJob(1<<20, PopRequest{Queue: "q", Group: "g", Batch: 10, Partitions: 10})
-	s.runRound([]*roundJob{good1, badJob, pop, good2})
+	s.rounds.RunBatch([]*roundJob{good1, badJob, pop, good2})
 
 	for i, j := range []*roundJob{good1, good2} {
 		r := <-j.done
@@ -128,7 +128,7 @@ func TestRoundWithATooLargeResultServesEachAlone(t *testing.T) {
 	pushOne(t, s, "q", "p0", "p1")
 	req := PopRequest{Queue: "q", Group: "g", Batch: 10, Partitions: 1}
 	fits, tooSmall := popJob(1<<20, req), popJob(10, req)
-	s.runRound([]*roundJob{fits, tooSmall})
+	s.rounds.RunBatch([]*roundJob{fits, tooSmall})
 	a, b := <-fits.done, <-tooSmall.done
 	if a.popErrs[0] != nil || len(a.pops[0].Messages) != 1 {
 		t.Fatalf("the pop that fits: %v, %d messages", a.popErrs[0], len(a.pops[0].Messages))
@@ -142,26 +142,3 @@ func TestRoundWithATooLargeResultServesEachAlone(t *testing.T) {
 	}
 }
 
-// An ack call that names a lease of a running round waits for the next.
-func TestRoundPutsOffAnAckOfABusyLease(t *testing.T) {
-	l := newRoundLeases()
-	off := int64(0)
-	first := ackJob(protocol.AckItem{LeaseID: "a", Offset: &off}, protocol.AckItem{LeaseID: "b", Offset: &off})
-	run, later := l.gather([]*roundJob{first}, nil)
-	if len(run) != 1 || len(later) != 0 {
-		t.Fatalf("first: run %d, later %d", len(run), len(later))
-	}
-	waiting := make(chan *roundJob, 2)
-	clash, free := ackJob(protocol.AckItem{LeaseID: "b", Offset: &off}), ackJob(protocol.AckItem{LeaseID: "c", Offset: &off})
-	waiting <- clash
-	waiting <- free
-	run, later = l.gather(nil, waiting)
-	if len(run) != 1 || run[0] != free || len(later) != 1 || later[0] != clash {
-		t.Fatalf("while the first runs: run %v, later %v", run, later)
-	}
-	l.release([]*roundJob{first})
-	run, later = l.gather(later, nil)
-	if len(run) != 1 || run[0] != clash || len(later) != 0 {
-		t.Fatalf("after the first: run %v, later %v", run, later)
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queenside/queenside/schema"
+	"github.com/queenside/queenside/sidecar/groupcommit"
 )
 
 // Store is a pool of connections to the shared database.
@@ -29,9 +30,8 @@ type Store struct {
 	parts     idCache[partitionKey, int64]
 	groups    idCache[groupKey, groupIDs]
 	trips     *roundTrips
-	pushes    chan *pushJob  // to the group-commit workers
-	rounds    chan *roundJob // to the consumption round worker
-	gate      txGate
+	pushes    *groupcommit.Scheduler[*pushJob]  // group commit of pushes
+	rounds    *groupcommit.Scheduler[*roundJob] // of pops and acks
 	stop      context.CancelFunc
 }
 
@@ -73,10 +73,10 @@ func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, erro
 		}
 	}
 	workers, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, session: session, listen: listen, log: log, trips: trips,
-		pushes: make(chan *pushJob, pushQueueDepth), rounds: make(chan *roundJob, roundQueueDepth), stop: stop}
-	s.runPushers(workers)
-	go s.runRounds(workers)
+	s := &Store{pool: pool, session: session, listen: listen, log: log, trips: trips, stop: stop}
+	s.pushes, s.rounds = s.newPushScheduler(), s.newRoundScheduler()
+	s.pushes.Start(workers)
+	s.rounds.Start(workers)
 	return s, nil
 }
 

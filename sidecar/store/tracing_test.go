@@ -24,7 +24,7 @@ func TestFusedPushSpans(t *testing.T) {
 	tr := tp.Tracer("test")
 
 	run := func(jobs []*pushJob) {
-		s.commitFused(jobs)
+		s.pushes.RunBatch(jobs)
 		for _, j := range jobs {
 			<-j.done
 			trace.SpanFromContext(j.ctx).End()
