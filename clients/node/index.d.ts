@@ -176,6 +176,14 @@ export interface AckResult {
   leases: AckLeaseResult[];
 }
 
+/** What ackAndPop resolves with: the acks' results and the pop's. */
+export interface AckAndPopResult extends AckResult {
+  /** The pop's result; empty when popError is set. */
+  pop: PopResult;
+  /** Why the pop failed once the acks were applied (overloaded, say). */
+  popError?: QueensideError;
+}
+
 export interface LeaseResult {
   leaseId: string;
   success: boolean;
@@ -308,7 +316,9 @@ export interface ConsumeOptions extends ConsumerOptions {
    * Send the acks of batches whose messages all completed in the background,
    * while the next pop is in flight; at most one ack call is in flight and
    * what completes meanwhile is merged into the next. A batch with a failure
-   * or a release is settled before the next pop, as without it. Default false.
+   * or a release is settled on its own before the next pop. Default false:
+   * each batch's acks are carried by the next pop (ackAndPop), and a batch
+   * cut short by a stop is settled on its own.
    */
   ackAsync?: boolean;
   /**
@@ -423,6 +433,12 @@ export declare class Client extends EventEmitter {
   pop(queue: string, options?: PopOptions): Promise<PopResult>;
   /** Items are ack items, or messages as pop returned them (acked completed): `ack(res.messages)`. */
   ack(items: AckLike | AckLike[], options?: CallOptions): Promise<AckResult>;
+  /**
+   * Acks items (as ack takes them) and pops queue (options as pop takes
+   * them) in one request and one transaction (revision 1.2); a sidecar of
+   * revision 1.1 is sent the pop on its own.
+   */
+  ackAndPop(items: AckLike | AckLike[], queue: string, options?: PopOptions): Promise<AckAndPopResult>;
   renew(leaseIds: string | string[], options?: CallOptions & { seconds?: number }): Promise<LeaseResult[]>;
   release(leaseIds: string | string[], options?: CallOptions): Promise<LeaseResult[]>;
   /** All or nothing; rejects with ConflictError (ack results in .acks) when an ack item cannot succeed. */

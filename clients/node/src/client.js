@@ -2,7 +2,7 @@
 // on top of a pipelined connection.
 import { Connection, openSocket } from './connection.js';
 import { consume } from './consume.js';
-import { QueensideError } from './errors.js';
+import { QueensideError, errorFromWire } from './errors.js';
 import { wireAckItem, wirePushItem } from './items.js';
 import { MessageIterator } from './message-iterator.js';
 import { DEFAULT_QUEUE_OPTIONS } from './queue-options.js';
@@ -110,20 +110,54 @@ export class Client extends Connection {
 
   pop(queue, options) {
     const [args, call] = split(options);
-    // An aborted pop may still be answered with leases; giving them back at
-    // once lets another consumer have the messages without waiting for the
-    // leases to expire.
-    const onLateResult = (result) => {
-      const ids = result.leases?.map((l) => l.leaseId) ?? [];
-      if (ids.length > 0 && !this.closed) this.release(ids).catch(() => {});
-    };
-    return this.call('pop', { queue, ...args }, { ...call, onLateResult });
+    return this.call('pop', { queue, ...args }, { ...call, onLateResult: (result) => this.#giveBack(result) });
+  }
+
+  // An aborted pop may still be answered with leases; giving them back at
+  // once lets another consumer have the messages without waiting for the
+  // leases to expire.
+  #giveBack(popResult) {
+    const ids = popResult?.leases?.map((l) => l.leaseId) ?? [];
+    if (ids.length > 0 && !this.closed) this.release(ids).catch(() => {});
   }
 
   /** Items are ack items, or messages as pop returned them, acked completed. */
   async ack(items, options) {
     const [, call] = split(options);
     return this.call('ack', { items: list(items).map(wireAckItem) }, call);
+  }
+
+  /**
+   * Acks items (as ack takes them) and pops queue (options as pop takes
+   * them) in one request: the sidecar applies the acks and serves the pop
+   * in one transaction (revision 1.2), so the pop may deliver what the acks
+   * released; a long-poll waits once the acks are committed. Resolves with
+   * the ack's result, the pop's result in `pop` and, when the pop failed
+   * once the acks were applied, its error (a QueensideError) in `popError`,
+   * `pop` then empty. A sidecar of revision 1.1 ignores the pop: it is then
+   * sent on its own, and its error, if any, is `popError`.
+   */
+  async ackAndPop(items, queue, options) {
+    const [args, call] = split(options);
+    const result = await this.call(
+      'ack',
+      { items: list(items).map(wireAckItem), pop: { queue, ...args } },
+      { ...call, onLateResult: (late) => this.#giveBack(late.pop) },
+    );
+    if (result.popError !== undefined) {
+      result.popError = errorFromWire(result.popError, 'pop');
+      result.pop ??= { messages: [], leases: [] };
+    } else if (result.pop === undefined) {
+      try {
+        result.pop = await this.pop(queue, options);
+      } catch (err) {
+        if (!(err instanceof QueensideError)) throw err; // an abort
+        // The acks were applied: their results are still the caller's.
+        result.pop = { messages: [], leases: [] };
+        result.popError = err;
+      }
+    }
+    return result;
   }
 
   async renew(leaseIds, options) {

@@ -11,6 +11,12 @@
 // partitions, and the messages of one partition are never handled by two
 // handlers at once.
 //
+// Without `ackAsync`, a batch's acks are carried by the loop's next pop
+// (ack-carrier.js): one ackAndPop request a batch, acks and pop in one
+// transaction. A batch cut short by a stop (it has leases to release) is
+// settled on its own, as before; when the loop stops, the acks it still
+// holds are sent with a plain ack before consume() settles.
+//
 // Stopping (the `signal` option, or SIGINT/SIGTERM with `stopOnSignals`)
 // lets the handler in progress finish, acks what was done, and releases the
 // rest so that another consumer gets it at once. A handler that throws
@@ -24,6 +30,7 @@
 // callback it ends consume(), which rejects with it. consume() resolves or
 // rejects only once every pending ack was answered.
 import { AckBatcher } from './ack-batcher.js';
+import { AckCarrier } from './ack-carrier.js';
 import { STOPPED, popUntilMessages } from './pop-loop.js';
 import { LeasedBatch } from './leased-batch.js';
 import { stopSignal } from './stop-signal.js';
@@ -70,20 +77,30 @@ export async function consume(client, queue, handler, options = {}) {
 }
 
 async function consumeLoop(client, queue, handler, options, stop, totals, acker) {
-  for (;;) {
-    const result = await popUntilMessages(client, queue, options, stop, acker);
-    if (result === STOPPED) return;
-    const batch = new LeasedBatch(client, result, options);
-    try {
-      await handleBatch(batch, handler, options.group, stop);
-    } catch (err) {
+  const carrier = acker ? undefined : new AckCarrier(client, totals);
+  try {
+    for (;;) {
+      const result = await popUntilMessages(client, queue, options, stop, acker, carrier);
+      if (result === STOPPED) break;
+      const batch = new LeasedBatch(client, result, options);
+      try {
+        await handleBatch(batch, handler, options.group, stop);
+      } catch (err) {
+        await settle(batch, totals);
+        throw err;
+      }
+      // The acker and the carrier count what the sidecar recorded once it answers.
+      if (acker && batch.handOff(acker)) continue;
+      if (carrier?.hold(batch)) continue;
       await settle(batch, totals);
-      throw err;
     }
-    // The acker counts what the sidecar recorded once it answers.
-    if (acker && batch.handOff(acker)) continue;
-    await settle(batch, totals);
+  } catch (err) {
+    // Whatever ended the loop is what consume() rejects with; the acks
+    // held are still sent, as far as they can be.
+    await carrier?.flush().catch(() => {});
+    throw err;
   }
+  await carrier?.flush(); // stopped: no next pop will carry them
 }
 
 async function settle(batch, totals) {

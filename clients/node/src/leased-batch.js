@@ -76,6 +76,43 @@ export class LeasedBatch {
   }
 
   /**
+   * Without ackAsync: whether the batch is settled by its acks alone
+   * (completions and failures alike, no lease to release), so that the
+   * next pop may carry them (ackAndPop). A batch that a stop cut short
+   * still holds messages to release, and is settled on its own.
+   */
+  carriable() {
+    return this.#acks.length > 0 && this.#unfinishedLeases().size === 0;
+  }
+
+  /**
+   * Stops renewing and returns the ack items, for the request that carries
+   * them with the next pop. It is sent at once, as settle()'s ack is: the
+   * leases were renewed a third of their time ago at most, plenty for one
+   * call, and a renewal racing the acks that end the leases would only be
+   * refused.
+   */
+  takeAcks() {
+    this.#stopRenewing();
+    return this.#acks;
+  }
+
+  /**
+   * What the sidecar recorded of this batch's acks, from their results.
+   * @param {Array<{index: number, success: boolean}>} results
+   * @returns {{completed: number, failed: number}}
+   */
+  recorded(results) {
+    const counts = { completed: 0, failed: 0 };
+    for (const r of results) {
+      if (!r.success) continue; // lease_expired and the like: it comes again
+      if (this.#acks[r.index]?.status === 'completed') counts.completed++;
+      else if (this.#acks[r.index]) counts.failed++;
+    }
+    return counts;
+  }
+
+  /**
    * Ends the batch: stops renewing, acks what was completed or failed, and
    * releases every lease that still holds messages neither completed nor
    * failed (a consumer that stops early), so that they go to another
@@ -85,24 +122,26 @@ export class LeasedBatch {
    */
   async settle() {
     this.#stopRenewing();
-    const counts = { completed: 0, failed: 0 };
+    let counts = { completed: 0, failed: 0 };
     if (this.#acks.length > 0) {
       const { results } = await this.#retrying((o) => this.#client.ack(this.#acks, o));
-      for (const r of results) {
-        if (!r.success) continue; // lease_expired and the like: it comes again
-        if (this.#acks[r.index].status === 'completed') counts.completed++;
-        else counts.failed++;
-      }
+      counts = this.recorded(results);
     }
-    // A failed lease was already ended by its failure.
-    const unfinished = new Set();
-    for (const m of this.#messages) {
-      if (!this.#settled.has(m) && !this.#failedLeases.has(m.leaseId)) unfinished.add(m.leaseId);
-    }
+    const unfinished = this.#unfinishedLeases();
     if (unfinished.size > 0) {
       await this.#retrying((o) => this.#client.release([...unfinished], o));
     }
     return counts;
+  }
+
+  // The leases still holding messages neither completed nor failed; a
+  // failed lease was already ended by its failure.
+  #unfinishedLeases() {
+    const unfinished = new Set();
+    for (const m of this.#messages) {
+      if (!this.#settled.has(m) && !this.#failedLeases.has(m.leaseId)) unfinished.add(m.leaseId);
+    }
+    return unfinished;
   }
 
   // Acks and releases are safe to repeat (PROTOCOL.md, ack), so a retryable

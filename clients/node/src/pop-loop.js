@@ -18,9 +18,10 @@ const MAX_BACKOFF_MS = 5000;
  * @param {import('../index.js').ConsumerOptions} options
  * @param {AbortSignal} stop
  * @param {import('./ack-batcher.js').AckBatcher} [acker] with ackAsync, the acks still pending
+ * @param {import('./ack-carrier.js').AckCarrier} [carrier] without it, the acks the next pop carries
  * @returns {Promise<{messages: any[], leases: any[]} | typeof STOPPED>}
  */
-export async function popUntilMessages(client, queue, options, stop, acker) {
+export async function popUntilMessages(client, queue, options, stop, acker, carrier) {
   const args = {
     group: options.group,
     partition: options.partition,
@@ -39,11 +40,16 @@ export async function popUntilMessages(client, queue, options, stop, acker) {
     // those acks if nothing came.
     const acksPending = acker?.busy ?? false;
     try {
-      const result = await client.pop(queue, acksPending ? { ...args, waitMs: 0 } : args);
+      const popArgs = acksPending ? { ...args, waitMs: 0 } : args;
+      const result = await (carrier ? carrier.pop(queue, popArgs) : client.pop(queue, popArgs));
       if (result.leases.length > 0) return result;
       backoff = FIRST_BACKOFF_MS;
       if (acksPending) await acker.wait();
     } catch (err) {
+      // Acks whose carrying call failed as a whole go on their own now, as
+      // they went before the pop without a carrier; a failure to send them
+      // ends the loop, as a failed settle does.
+      await carrier?.flush();
       if (stop.aborted) break;
       // A closed client cannot get better by waiting; nor can a request the
       // sidecar refuses as it stands (invalid_argument and the like).

@@ -1,5 +1,5 @@
-// Turning decoded results into what callers get: messages (pop) and dead
-// letters (dlq) with their payload decoded, and the exact bytes beside it;
+// Turning decoded results into what callers get: messages (pop, and the
+// pop an ack carried) and dead letters (dlq) with their payload decoded, and the exact bytes beside it;
 // messages with their ack helpers.
 import { decode } from './codec/decode.js';
 import { RawMsgpack } from './codec/raw.js';
@@ -31,6 +31,8 @@ const MESSAGE_METHODS = Object.freeze({
  * @param {Record<string, any>} result
  */
 export function decodePayloads(result) {
+  // The pop an ack carried (revision 1.2) is a pop result of its own.
+  if (result?.pop !== null && typeof result?.pop === 'object') decodePayloads(result.pop);
   for (const list of LISTS_WITH_PAYLOADS) {
     const elements = result?.[list];
     if (!Array.isArray(elements)) continue;

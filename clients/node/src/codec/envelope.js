@@ -24,8 +24,8 @@ export function decodeEnvelope(body) {
   if (envelope === null || typeof envelope !== 'object' || Array.isArray(envelope)) {
     throw new TypeError('a frame body must be a msgpack map');
   }
-  for (const { parent, list, index, start, end } of spans) {
-    const element = envelope[parent]?.[list]?.[index];
+  for (const { path, index, start, end } of spans) {
+    const element = path.reduce((value, key) => value?.[key], envelope)?.[index];
     if (element !== null && typeof element === 'object') element.payload = new RawMsgpack(body.subarray(start, end));
   }
   return envelope;

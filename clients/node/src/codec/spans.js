@@ -133,27 +133,37 @@ function eachElement(bytes, pos, visit) {
 }
 
 // Where payloads sit in an envelope: under `result` (pop's messages, dlq's
-// entries) or `args` (push's items, transaction's pushes), one per element.
+// entries) or `args` (push's items, transaction's pushes), one per element;
+// and under `result.pop`, the messages of the pop an ack carried (revision
+// 1.2).
 const PAYLOAD_PARENTS = new Set(['result', 'args']);
 const PAYLOAD_LISTS = new Set(['messages', 'entries', 'items', 'pushes']);
+const NESTED_POP = 'pop';
 
 /**
  * Finds every payload in an envelope body, in the order of the bytes.
+ * `path` names the keys from the envelope to the list holding the payload.
  * @param {Uint8Array} body a request or response envelope
- * @returns {Array<{parent: string, list: string, index: number, start: number, end: number}>}
+ * @returns {Array<{path: string[], index: number, start: number, end: number}>}
  */
 export function payloadSpans(body) {
   const found = [];
-  eachEntry(body, 0, (parent, parentStart) => {
-    if (!PAYLOAD_PARENTS.has(parent)) return;
-    eachEntry(body, parentStart, (list, listStart) => {
-      if (!PAYLOAD_LISTS.has(list)) return;
-      eachElement(body, listStart, (index, elementStart) => {
-        eachEntry(body, elementStart, (field, start, end) => {
-          if (field === 'payload') found.push({ parent, list, index, start, end });
+  const inLists = (path, mapStart) => {
+    eachEntry(body, mapStart, (key, start) => {
+      if (PAYLOAD_LISTS.has(key)) {
+        const listPath = [...path, key];
+        eachElement(body, start, (index, elementStart) => {
+          eachEntry(body, elementStart, (field, from, to) => {
+            if (field === 'payload') found.push({ path: listPath, index, start: from, end: to });
+          });
         });
-      });
+      } else if (key === NESTED_POP && path.length === 1 && path[0] === 'result') {
+        inLists([...path, key], start); // not a map (maintenance's flag) finds nothing
+      }
     });
+  };
+  eachEntry(body, 0, (parent, parentStart) => {
+    if (PAYLOAD_PARENTS.has(parent)) inLists([parent], parentStart);
   });
   return found;
 }

@@ -177,6 +177,43 @@ class AsyncClient:
     async def ack(self, items: Iterable[AckLike], *, timeout: Optional[float] = None) -> AckResult:
         return await self._run(ops.ack(items), timeout)
 
+    async def ack_and_pop(
+        self,
+        items: Iterable[AckLike],
+        queue: str,
+        *,
+        group: str = "",
+        partition: Optional[str] = None,
+        batch: int = 1,
+        partitions: int = 1,
+        wait_ms: int = 0,
+        auto_ack: bool = False,
+        lease_seconds: Optional[int] = None,
+        subscription_mode: Optional[str] = None,
+        subscription_from: Optional[Union[_dt.datetime, int, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> AckResult:
+        """As ``Client.ack_and_pop``: the acks and the next pop in one request."""
+        pop_op = ops.pop(
+            queue,
+            group=group,
+            partition=partition,
+            batch=batch,
+            partitions=partitions,
+            wait_ms=wait_ms,
+            auto_ack=auto_ack,
+            lease_seconds=lease_seconds,
+            subscription_mode=subscription_mode,
+            subscription_from=subscription_from,
+        )
+        res = await self._run(ops.ack_and_pop(items, pop_op), timeout)
+        if ops.answered_without_pop(res):
+            try:
+                res.pop = await self._run(pop_op, timeout)
+            except QueensideError as exc:
+                res.pop, res.pop_error = PopResult([], []), exc  # the acks were applied
+        return res
+
     async def renew(self, lease_ids: Iterable[str], seconds: Optional[int] = None, *, timeout: Optional[float] = None) -> List[LeaseResult]:
         return await self._run(ops.renew(lease_ids, seconds), timeout)
 

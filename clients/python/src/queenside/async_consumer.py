@@ -34,6 +34,8 @@ class AsyncConsumer:
     pop and handle their own batches. Everything else, guarantees included,
     is as for ``Consumer``; with ``ack_async=True`` the acks are sent by a
     task of their own, and ``on_ack_error`` is called on the event loop.
+    Without it, a batch's acks go with the next pop (``ack_and_pop``), as
+    in ``Consumer``.
     """
 
     def __init__(
@@ -141,50 +143,77 @@ class AsyncConsumer:
         self._stop.set()
 
     async def _work(self) -> None:
+        carried: Optional[Settlement] = None  # as in Consumer: for the next pop to carry
         try:
             while not self._stopping():
                 # As in Consumer: pending acks hold their partitions, and an
                 # ack wakes no waiting pop.
                 waiting_acks = self._acks is not None and self._acks.busy
-                result = await self._pop(0 if waiting_acks else self.wait_ms)
+                if carried is not None:
+                    sending, carried = carried, None
+                    result = await self._ack_and_pop(sending)
+                else:
+                    result = await self._pop(0 if waiting_acks else self.wait_ms)
                 if result is not None and result.leases:
-                    await self._handle(result)
+                    carried = await self._handle(result)
                 elif waiting_acks and result is not None:
                     assert self._acks is not None
                     await self._acks.wait()
+            if carried is not None:
+                await self._settle(carried)  # stopping: no next pop will carry them
         except BaseException as exc:
             self._fail(exc)
 
+    def _pop_args(self) -> Dict[str, Any]:
+        return dict(
+            group=self.group,
+            partition=self.partition,
+            batch=self.batch,
+            partitions=self.partitions,
+            lease_seconds=self.lease_seconds,
+            subscription_mode=self.subscription_mode,
+            subscription_from=self.subscription_from,
+        )
+
     async def _pop(self, wait_ms: int) -> Optional[PopResult]:
         try:
-            return await self.client.pop(
-                self.queue,
-                group=self.group,
-                partition=self.partition,
-                batch=self.batch,
-                partitions=self.partitions,
-                wait_ms=wait_ms,
-                lease_seconds=self.lease_seconds,
-                subscription_mode=self.subscription_mode,
-                subscription_from=self.subscription_from,
-            )
-        except DrainingError:
-            return None
+            return await self.client.pop(self.queue, wait_ms=wait_ms, **self._pop_args())
         except QueensideError as exc:
-            if self._stopping():
-                return None
-            if isinstance(exc, ConnectionClosedError) or not exc.retryable:
-                raise
-            log.warning("queenside: pop %s failed (%s); trying again", self.queue, exc)
-            try:
-                await asyncio.wait_for(self._stop.wait(), timeout=self.retry_delay)
-            except asyncio.TimeoutError:
-                pass
-            return None
+            return await self._pop_failed(exc)
 
-    async def _handle(self, result: PopResult) -> None:
+    async def _ack_and_pop(self, s: Settlement) -> Optional[PopResult]:
+        """As Consumer._ack_and_pop."""
+        stats = s.stats()
+        try:
+            res = await self.client.ack_and_pop(s.acks, self.queue, wait_ms=self.wait_ms, **self._pop_args())
+        except QueensideError as exc:
+            await self._settle(s)  # resent on their own: repeating an ack is safe
+            return await self._pop_failed(exc)
+        s.count_refused(res.results, stats)
+        self._stats.add(stats)
+        if res.pop_error is not None:
+            return await self._pop_failed(res.pop_error)
+        return res.pop
+
+    async def _pop_failed(self, exc: QueensideError) -> Optional[PopResult]:
+        if isinstance(exc, DrainingError):
+            return None
+        if self._stopping():
+            return None
+        if isinstance(exc, ConnectionClosedError) or not exc.retryable:
+            raise exc
+        log.warning("queenside: pop %s failed (%s); trying again", self.queue, exc)
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=self.retry_delay)
+        except asyncio.TimeoutError:
+            pass
+        return None
+
+    async def _handle(self, result: PopResult) -> Optional[Settlement]:
+        """As Consumer._handle: the settlement for the next pop to carry, or None."""
         assert self._keeper is not None
         settlement = Settlement()
+        carry = False
         self._keeper.track(result.leases)
         try:
             for work in split_by_lease(result):
@@ -206,6 +235,7 @@ class AsyncConsumer:
                             settlement.give_back(work.lease)
                             raise
                         settlement.complete(message, outputs)
+            carry = self._acks is None and settlement.carriable()
         finally:
             if self._acks is not None and settlement.only_completed():
                 keeper = self._keeper  # renewed until the ack is answered
@@ -214,9 +244,12 @@ class AsyncConsumer:
             else:
                 # Untracked first: the acks end the leases, and a renewal racing
                 # them would only log a spurious lease_expired. A third of the
-                # lease at least is left, plenty for one call.
+                # lease at least is left, plenty for one call (a carried ack
+                # goes as soon as this returns).
                 self._keeper.untrack(result.leases)
-                await self._settle(settlement)
+                if not carry:
+                    await self._settle(settlement)
+        return settlement if carry else None
 
     async def _settle(self, s: Settlement) -> None:
         stats = s.stats()

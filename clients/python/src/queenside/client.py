@@ -177,6 +177,53 @@ class Client:
         """
         return self._run(ops.ack(items), timeout)
 
+    def ack_and_pop(
+        self,
+        items: Iterable[AckLike],
+        queue: str,
+        *,
+        group: str = "",
+        partition: Optional[str] = None,
+        batch: int = 1,
+        partitions: int = 1,
+        wait_ms: int = 0,
+        auto_ack: bool = False,
+        lease_seconds: Optional[int] = None,
+        subscription_mode: Optional[str] = None,
+        subscription_from: Optional[Union[_dt.datetime, int, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> AckResult:
+        """Ack ``items`` (as ``ack`` takes them) and pop again, in one request.
+
+        The sidecar applies the acks and serves the pop (its arguments as
+        ``pop`` takes them) in one transaction (protocol revision 1.2), so
+        the pop may deliver what the acks released; a long-poll waits once
+        the acks are committed. The pop's result is in ``.pop``; when it
+        failed after the acks were applied, ``.pop_error`` says why and
+        ``.pop`` is empty. A sidecar of revision 1.1 ignores the pop: the
+        pop is then sent on its own, and its error, if any, is ``.pop_error``.
+        """
+        pop_op = ops.pop(
+            queue,
+            group=group,
+            partition=partition,
+            batch=batch,
+            partitions=partitions,
+            wait_ms=wait_ms,
+            auto_ack=auto_ack,
+            lease_seconds=lease_seconds,
+            subscription_mode=subscription_mode,
+            subscription_from=subscription_from,
+        )
+        res = self._run(ops.ack_and_pop(items, pop_op), timeout)
+        if ops.answered_without_pop(res):
+            try:
+                res.pop = self._run(pop_op, timeout)
+            except QueensideError as exc:
+                # The acks were applied: their results are still the caller's.
+                res.pop, res.pop_error = PopResult([], []), exc
+        return res
+
     def renew(self, lease_ids: Iterable[str], seconds: Optional[int] = None, *, timeout: Optional[float] = None) -> List[LeaseResult]:
         """Extend live leases to ``seconds`` from now (default: the queue's lease time)."""
         return self._run(ops.renew(lease_ids, seconds), timeout)

@@ -120,6 +120,12 @@ class Settlement:
         the batch an asynchronous ack may settle."""
         return bool(self.completed) and not self.failed and not self.pushes and not self.release
 
+    def carriable(self) -> bool:
+        """Whether the batch is settled by its acks alone (no push to commit
+        with them, no lease to give back): the batch whose acks the next pop
+        may carry (``ack_and_pop``), failures included."""
+        return bool(self.completed or self.failed) and not self.pushes and not self.release
+
     @property
     def acks(self) -> List[AckItem]:
         return self.completed + self.failed

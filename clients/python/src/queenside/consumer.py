@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import threading
-from typing import TYPE_CHECKING, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from .ack_batcher import AckBatcher, AckErrorHandler
 from .consume_batch import ConsumeStats, Handler, Settlement, split_by_lease
@@ -51,13 +51,19 @@ class Consumer:
       in flight. At most one ack call is in flight; what completes
       meanwhile, in any batch or worker, goes together in the next call.
       Leases are renewed until their ack is answered. A batch with a
-      failure (a nack), a release or forwarded push items is settled as
-      without it, before the next pop. A failed ack (refused items, or a
+      failure (a nack), a release or forwarded push items is settled on
+      its own, before the next pop. A failed ack (refused items, or a
       call that failed) is passed as an ``AckError`` to
       ``on_ack_error(error)``, called from the ack thread; without that
       callback it ends the loop and ``run()`` raises it. Either way its
       messages will be delivered again. Stopping sends the pending acks
       before ``run()`` returns.
+    - Without ``ack_async``, a batch's acks (completions and failures
+      alike) go with the next pop, in one request (``ack_and_pop``: one
+      round trip and one transaction a batch; protocol revision 1.2). A
+      batch with forwarded push items or a release is settled on its own,
+      as before; when the loop stops, acks not carried yet are sent with a
+      plain ``ack`` before ``run()`` returns.
     """
 
     def __init__(
@@ -158,48 +164,83 @@ class Consumer:
             self._stats.add(stats)
 
     def _work(self) -> None:
+        # The settled batch whose acks the next pop carries (without ack_async).
+        carried: Optional[Settlement] = None
         try:
             while not self._stopping():
                 # Pending acks hold their leases' partitions, and a lease
                 # ended by an ack wakes no waiting pop: look without waiting
                 # then, and wait for those acks if nothing came.
                 waiting_acks = self._acks is not None and self._acks.busy
-                result = self._pop(0 if waiting_acks else self.wait_ms)
+                if carried is not None:
+                    sending, carried = carried, None
+                    result = self._ack_and_pop(sending)
+                else:
+                    result = self._pop(0 if waiting_acks else self.wait_ms)
                 if result is not None and result.leases:
-                    self._handle(result)
+                    carried = self._handle(result)
                 elif waiting_acks and result is not None:
                     assert self._acks is not None
                     self._acks.wait()
+            if carried is not None:
+                self._settle(carried)  # stopping: no next pop will carry them
         except BaseException as exc:  # ends the whole loop, reported by run()
             self._fail(exc)
 
+    def _pop_args(self) -> Dict[str, Any]:
+        """The pop's arguments (wait_ms aside), the same alone or carried by an ack."""
+        return dict(
+            group=self.group,
+            partition=self.partition,
+            batch=self.batch,
+            partitions=self.partitions,
+            lease_seconds=self.lease_seconds,
+            subscription_mode=self.subscription_mode,
+            subscription_from=self.subscription_from,
+        )
+
     def _pop(self, wait_ms: int) -> Optional[PopResult]:
         try:
-            return self.client.pop(
-                self.queue,
-                group=self.group,
-                partition=self.partition,
-                batch=self.batch,
-                partitions=self.partitions,
-                wait_ms=wait_ms,
-                lease_seconds=self.lease_seconds,
-                subscription_mode=self.subscription_mode,
-                subscription_from=self.subscription_from,
-            )
-        except DrainingError:
-            return None  # the draining flag ends the loop
+            return self.client.pop(self.queue, wait_ms=wait_ms, **self._pop_args())
         except QueensideError as exc:
-            if self._stopping():
-                return None
-            if isinstance(exc, ConnectionClosedError) or not exc.retryable:
-                raise
-            log.warning("queenside: pop %s failed (%s); trying again", self.queue, exc)
-            self._stop.wait(self.retry_delay)
-            return None
+            return self._pop_failed(exc)
 
-    def _handle(self, result: PopResult) -> None:
+    def _ack_and_pop(self, s: Settlement) -> Optional[PopResult]:
+        """Sends a batch's acks with the next pop; None when the pop brought nothing to handle."""
+        stats = s.stats()
+        try:
+            res = self.client.ack_and_pop(s.acks, self.queue, wait_ms=self.wait_ms, **self._pop_args())
+        except QueensideError as exc:
+            # Nothing says whether the acks were applied, and sending them
+            # again is safe (PROTOCOL.md, ack): settle the batch as a plain
+            # ack would, then treat the error as a failed pop's.
+            self._settle(s)
+            return self._pop_failed(exc)
+        s.count_refused(res.results, stats)
+        self._add_stats(stats)
+        if res.pop_error is not None:  # the acks were applied, the pop was not
+            return self._pop_failed(res.pop_error)
+        return res.pop
+
+    def _pop_failed(self, exc: QueensideError) -> Optional[PopResult]:
+        """What a failed pop does to the loop: raise what waiting cannot
+        mend, or pause and return None so that the loop tries again."""
+        if isinstance(exc, DrainingError):
+            return None  # the draining flag ends the loop
+        if self._stopping():
+            return None
+        if isinstance(exc, ConnectionClosedError) or not exc.retryable:
+            raise exc
+        log.warning("queenside: pop %s failed (%s); trying again", self.queue, exc)
+        self._stop.wait(self.retry_delay)
+        return None
+
+    def _handle(self, result: PopResult) -> Optional[Settlement]:
+        """Runs the handlers over one pop; returns the settlement for the
+        next pop to carry, or None when the batch was settled here."""
         assert self._keeper is not None
         settlement = Settlement()
+        carry = False
         self._keeper.track(result.leases)
         try:
             for work in split_by_lease(result):
@@ -219,6 +260,7 @@ class Consumer:
                             settlement.give_back(work.lease)
                             raise
                         settlement.complete(message, outputs)
+            carry = self._acks is None and settlement.carriable()
         finally:
             if self._acks is not None and settlement.only_completed():
                 # Renewed until the ack is answered: it is only valid while
@@ -229,9 +271,12 @@ class Consumer:
             else:
                 # Untracked first: the acks end the leases, and a renewal racing
                 # them would only log a spurious lease_expired. A third of the
-                # lease at least is left, plenty for one call.
+                # lease at least is left, plenty for one call, which a carried
+                # ack is too: the loop sends it as soon as this returns.
                 self._keeper.untrack(result.leases)
-                self._settle(settlement)
+                if not carry:
+                    self._settle(settlement)
+        return settlement if carry else None
 
     def _settle(self, s: Settlement) -> None:
         stats = s.stats()

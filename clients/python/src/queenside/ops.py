@@ -106,6 +106,22 @@ def ack(items: Iterable[AckLike]) -> Op[AckResult]:
     return Op("ack", {"items": [item.to_wire() for item in ack_items(items)]}, AckResult.from_wire)
 
 
+def ack_and_pop(items: Iterable[AckLike], pop_op: Op[PopResult]) -> Op[AckResult]:
+    """An ack carrying the next pop (revision 1.2): ``pop_op``'s arguments under ``pop``.
+
+    It may wait as long as the pop it carries (a long-poll that starts once
+    the acks are committed), so it takes the pop's ``wait_seconds``.
+    """
+    args = {"items": [item.to_wire() for item in ack_items(items)], "pop": pop_op.args}
+    return Op("ack", args, AckResult.from_wire, wait_seconds=pop_op.wait_seconds)
+
+
+def answered_without_pop(res: AckResult) -> bool:
+    """Whether an ack that carried a pop came back without it: a sidecar of
+    revision 1.1 ignores the argument, and the client must pop on its own."""
+    return res.pop is None and res.pop_error is None
+
+
 def _lease_results(result: Dict[str, Any]) -> List[LeaseResult]:
     return [LeaseResult.from_wire(x) for x in result.get("results") or []]
 

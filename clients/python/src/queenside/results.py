@@ -231,10 +231,18 @@ class AckLeaseState:
 
 @dataclass
 class AckResult:
-    """Per-item results in item order, and one entry per lease the sidecar could trace."""
+    """Per-item results in item order, and one entry per lease the sidecar could trace.
+
+    ``pop`` and ``pop_error`` are those of a call that carried the next pop
+    (``ack_and_pop``, protocol revision 1.2): the pop's result, or, when the
+    pop failed once the acks were applied, why (``pop`` is then empty). A
+    plain ``ack`` leaves both None.
+    """
 
     results: List[AckItemResult]
     leases: List[AckLeaseState]
+    pop: Optional[PopResult] = None
+    pop_error: Optional[QueensideError] = None
 
     @property
     def all_succeeded(self) -> bool:
@@ -242,9 +250,12 @@ class AckResult:
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "AckResult":
+        pop, pop_error = d.get("pop"), d.get("popError")
         return cls(
             results=[AckItemResult.from_wire(r) for r in d.get("results") or []],
             leases=[AckLeaseState.from_wire(x) for x in d.get("leases") or []],
+            pop=PopResult.from_wire(pop) if isinstance(pop, Mapping) else None,
+            pop_error=error_from_wire(pop_error) if pop_error is not None else None,
         )
 
 
