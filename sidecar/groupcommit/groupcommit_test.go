@@ -169,7 +169,7 @@ func TestARequestWaitsForTheBatchHoldingItsKey(t *testing.T) {
 	clash, free := newJob("clash", "lease-b"), newJob("free", "lease-c")
 	s.Submit(context.Background(), clash) //nolint:errcheck
 	s.Submit(context.Background(), free)  //nolint:errcheck
-	<-r.started // free, once its hold is over
+	<-r.started                           // free, once its hold is over
 	close(r.gates["free"])
 	if a := answer(t, free); a != "alone" {
 		t.Fatalf("free: %s", a)

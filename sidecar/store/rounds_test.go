@@ -141,4 +141,3 @@ func TestRoundWithATooLargeResultServesEachAlone(t *testing.T) {
 		t.Fatalf("the other partition after the refused pop: %v, %+v", errs[0], again[0].Messages)
 	}
 }
-
