@@ -100,6 +100,11 @@ type Config struct {
 	// an empty queue of mixed's partitions.
 	IdleDuration time.Duration `json:"idle-duration"`
 
+	// WritesQuiet is how long PostgreSQL's write counters must hold still
+	// before the bench reads them, around push, partitions, mixed and each
+	// rate of curve (writes.go); 0 reads none.
+	WritesQuiet time.Duration `json:"writes-quiet"`
+
 	LatencyRequests int `json:"latency-requests"`
 	ScalePartitions int `json:"scale-partitions"`
 	FanoutGroups    int `json:"fanout-groups"`
@@ -190,6 +195,7 @@ func DefaultConfig() Config {
 		// in each push transaction (a quarter of the 100 ms delivery target
 		// spent gathering it).
 		FloorDuration:            15 * time.Second,
+		WritesQuiet:              10500 * time.Millisecond,
 		FloorPartitions:          1000,
 		FloorTransactionMessages: 1000,
 		FloorLeaseMessages:       4,
@@ -329,12 +335,13 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		CurveDuration string `json:"curve-duration"`
 		IdleDuration  string `json:"idle-duration"`
 		FloorDuration string `json:"floor-duration"`
+		WritesQuiet   string `json:"writes-quiet"`
 		StallTimeout  string `json:"stall-timeout"`
 		SoakDuration  string `json:"soak-duration"`
 		SoakSample    string `json:"soak-sample"`
 		SoakWarmup    string `json:"soak-warmup"`
 		Retention     string `json:"retention-interval"`
-	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.CurveDuration.String(), c.IdleDuration.String(), c.FloorDuration.String(), c.StallTimeout.String(),
+	}{plain(c), redactURL(c.DatabaseURL), c.MixedDuration.String(), c.CurveDuration.String(), c.IdleDuration.String(), c.FloorDuration.String(), c.WritesQuiet.String(), c.StallTimeout.String(),
 		c.SoakDuration.String(), c.SoakSample.String(), c.SoakWarmup.String(), c.RetentionInterval.String()})
 }
 

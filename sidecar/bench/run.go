@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	rep.Conditions = conditions(env, cfg)
 	b := &bench{cfg: cfg, runID: rep.RunID, out: out, socket: env.socket, probe: env.probe, pay: pay, pg: env.pg, dbURL: env.dbURL}
-	if b.writes, err = openWriteProbe(ctx, env.dbURL); err != nil {
+	if b.writes, err = openWriteProbe(ctx, env.dbURL, cfg.WritesQuiet); err != nil {
 		return nil, err
 	}
 	defer b.writes.close()

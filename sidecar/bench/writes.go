@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,14 +68,10 @@ type writeSample struct {
 // PostgreSQL's counters lag what was written: a backend publishes its
 // counts when idle, about a second after its last publication, and one
 // that finds the shared counters busy tries again 10 s later. So a sample
-// waits until the table counters have held still for statsQuiet (reads
-// and their commits go on: the sidecar looks at its control state), and
-// gives up after statsSettleMax.
-const (
-	statsPoll      = 500 * time.Millisecond
-	statsQuiet     = 10500 * time.Millisecond
-	statsSettleMax = 40 * time.Second
-)
+// waits until the table counters have held still for the probe's quiet
+// (Config.WritesQuiet; reads and their commits go on: the sidecar looks at
+// its control state), and gives up after four times that.
+const statsPoll = 500 * time.Millisecond
 
 const writeCountersSQL = `
 SELECT coalesce(jsonb_object_agg(s.relname, jsonb_build_object(
@@ -86,20 +83,22 @@ SELECT coalesce(jsonb_object_agg(s.relname, jsonb_build_object(
  WHERE s.schemaname = 'queenside'`
 
 // writeProbe reads the counters on a connection of its own; nil when the
-// bench does not know the database (a sidecar given by --socket alone).
+// bench does not know the database (a sidecar given by --socket alone) or
+// was asked for no write counts.
 type writeProbe struct {
-	conn *pgx.Conn
+	conn  *pgx.Conn
+	quiet time.Duration
 }
 
-func openWriteProbe(ctx context.Context, dbURL string) (*writeProbe, error) {
-	if dbURL == "" {
+func openWriteProbe(ctx context.Context, dbURL string, quiet time.Duration) (*writeProbe, error) {
+	if dbURL == "" || quiet <= 0 {
 		return nil, nil
 	}
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return nil, fmt.Errorf("write counters: %w", err)
 	}
-	return &writeProbe{conn: conn}, nil
+	return &writeProbe{conn: conn, quiet: quiet}, nil
 }
 
 func (w *writeProbe) close() {
@@ -117,9 +116,9 @@ func (w *writeProbe) sample(ctx context.Context) (*writeSample, error) {
 	if err != nil {
 		return nil, err
 	}
-	for quiet, waited := time.Duration(0), time.Duration(0); quiet < statsQuiet; waited += statsPoll {
-		if waited >= statsSettleMax {
-			return nil, fmt.Errorf("write counters: still moving after %v", statsSettleMax)
+	for quiet, waited := time.Duration(0), time.Duration(0); quiet < w.quiet; waited += statsPoll {
+		if waited >= 4*w.quiet {
+			return nil, fmt.Errorf("write counters: still moving after %v", 4*w.quiet)
 		}
 		select {
 		case <-time.After(statsPoll):
@@ -153,17 +152,22 @@ func (w *writeProbe) read(ctx context.Context) (*writeSample, error) {
 	return s, nil
 }
 
-// since is what was written from before to s, for messages messages; nil
-// when either sample is missing.
-func (w *writeProbe) since(ctx context.Context, before, after *writeSample, messages int64) (*Writes, error) {
+// since is what was written from before to after, for messages messages;
+// nil when either sample is missing.
+func since(before, after *writeSample, messages int64) (*Writes, error) {
 	if before == nil || after == nil {
 		return nil, nil
 	}
-	out := &Writes{Messages: messages, Tables: map[string]TableWrites{}, Commits: after.commits - before.commits}
-	if err := w.conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint",
-		after.wal, before.wal).Scan(&out.WALBytes); err != nil {
-		return nil, fmt.Errorf("write counters: %w", err)
+	from, err := parseLSN(before.wal)
+	if err != nil {
+		return nil, err
 	}
+	to, err := parseLSN(after.wal)
+	if err != nil {
+		return nil, err
+	}
+	out := &Writes{Messages: messages, Tables: map[string]TableWrites{}, Commits: after.commits - before.commits,
+		WALBytes: int64(to - from)}
 	for name, a := range after.tables {
 		if d := a.minus(before.tables[name]); d.Tuples() > 0 {
 			out.Tables[name] = d
@@ -204,13 +208,25 @@ func (b *bench) countWrites(ctx context.Context) func(messages int64) *Writes {
 		after, err := b.writes.sample(ctx)
 		var w *Writes
 		if err == nil {
-			w, err = b.writes.since(ctx, before, after, messages)
+			w, err = since(before, after, messages)
 		}
 		if err != nil {
 			fmt.Fprintf(b.out, "  %v\n", err)
 		}
 		return w
 	}
+}
+
+// parseLSN reads a WAL position as PostgreSQL writes it: two hexadecimal
+// halves of a 64-bit byte position, "16/B374D848".
+func parseLSN(lsn string) (uint64, error) {
+	hi, lo, ok := strings.Cut(lsn, "/")
+	h, err1 := strconv.ParseUint(hi, 16, 32)
+	l, err2 := strconv.ParseUint(lo, 16, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("write counters: WAL position %q", lsn)
+	}
+	return h<<32 | l, nil
 }
 
 // writesLine is one line for people: what a message cost PostgreSQL in
