@@ -12,21 +12,15 @@ import (
 	"github.com/queenside/queenside/sidecar/telemetry"
 )
 
-// Pops are served by a loop per store.PopKey (queue, group, partition and
-// the options a pop shares with others), not by each request on its own.
-// The pops waiting on a key when the loop looks at the database go into
-// one call of store.PopMany, in the order they arrived, the first getting
-// the partitions whose messages waited longest: those that just arrived,
-// or, after a wake-up, every pop still waiting. A push therefore wakes one
-// loop per key on each sidecar, which looks once, instead of every waiting
-// pop looking on its own.
-//
-// At a trickle, one look at a time gathers every pop that arrives while it
-// runs, so a call serves many. When a key has a backlog (its last pop or
-// look filled at least half of what was asked), a pop goes to the database
-// at once, on its own, so that consumers draining it run side by side and
-// keep PostgreSQL's cores busy; it waits in the loop only if it finds
-// nothing.
+// A pop looks at the database at once, as a request of the consumption
+// rounds (store.PopMany), whose group commit decides what shares a
+// transaction. A pop that finds nothing and may wait joins the loop of its
+// store.PopKey (queue, group, partition and the options a pop shares with
+// others): on a wake-up the loop looks once for every pop waiting on the
+// key, in one call of store.PopMany, in the order they arrived, the first
+// getting the partitions whose messages waited longest. A push therefore
+// wakes one loop per key on each sidecar, which looks once, instead of
+// every waiting pop looking on its own.
 //
 // The loop takes the key's wake channel before it starts looks, so a push
 // that commits while they run is never missed: the loop looks again. It
@@ -45,13 +39,10 @@ type popHub struct {
 	s     *Server
 	mu    sync.Mutex
 	loops map[store.PopKey]*popLoop
-	// backlog holds the keys whose last pop filled at least half of what
-	// was asked: their pops go to the database at once, each on its own.
-	backlog map[store.PopKey]bool
 }
 
 func newPopHub(s *Server) *popHub {
-	return &popHub{s: s, loops: map[store.PopKey]*popLoop{}, backlog: map[store.PopKey]bool{}}
+	return &popHub{s: s, loops: map[store.PopKey]*popLoop{}}
 }
 
 // popLoop is the pops of one key; its fields are guarded by popHub.mu.
@@ -81,12 +72,6 @@ type popAnswer struct {
 // pop serves one pop request: at once, and then, while nothing comes, each
 // time its queue may have something, until until.
 func (h *popHub) pop(ctx context.Context, req store.PopRequest, until time.Time) (protocol.PopResult, error) {
-	h.mu.Lock()
-	backlog := h.backlog[req.Key()]
-	h.mu.Unlock()
-	if !backlog {
-		return h.wait(ctx, req, until, true)
-	}
 	return h.lookThenWait(ctx, req, until, func(req store.PopRequest) (protocol.PopResult, error) {
 		results, errs := h.s.store.PopMany(ctx, []store.PopRequest{req}, h.s.opts.MaxFrameBytes)
 		return results[0], errs[0]
@@ -101,7 +86,6 @@ func (h *popHub) lookThenWait(ctx context.Context, req store.PopRequest, until t
 	// it makes the request look again at once if it waits.
 	woken := h.s.wakes.watch(req.Key().Queue)
 	res, err := look(req)
-	h.yielded(req.Key(), len(res.Messages), req.Batch)
 	if err != nil || len(res.Messages) > 0 || !time.Now().Before(until) || h.s.draining.Load() {
 		if err == nil && len(res.Leases) > 0 && ctx.Err() != nil {
 			// The client left while its leases were being granted: give
@@ -118,17 +102,6 @@ func (h *popHub) lookThenWait(ctx context.Context, req store.PopRequest, until t
 	default:
 	}
 	return h.wait(ctx, req, until, fresh)
-}
-
-// yielded records whether pops of key now meet a backlog.
-func (h *popHub) yielded(key store.PopKey, got, asked int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if 2*got >= asked {
-		h.backlog[key] = true
-	} else {
-		delete(h.backlog, key)
-	}
 }
 
 // wait has the loop of the request's key serve it, until until.
@@ -270,10 +243,8 @@ func (h *popHub) refresh(l *popLoop) {
 func (h *popHub) look(l *popLoop, batch []*popWaiter) {
 	defer l.kicked()
 	reqs := make([]store.PopRequest, len(batch))
-	asked := 0
 	for i, w := range batch {
 		reqs[i] = w.req
-		asked += w.req.Batch
 	}
 	ctx, cancel := context.WithTimeout(h.s.baseCtx, popFuseTimeout)
 	if telemetry.Enabled() { // the look's database span stands for every pop it serves
@@ -288,18 +259,9 @@ func (h *popHub) look(l *popLoop, batch []*popWaiter) {
 
 	now := time.Now()
 	draining := h.s.draining.Load()
-	got := 0
-	for _, r := range results {
-		got += len(r.Messages)
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	l.looks--
-	if 2*got >= asked {
-		h.backlog[l.key] = true
-	} else {
-		delete(h.backlog, l.key)
-	}
 	for i, w := range batch {
 		w.inFlight = false
 		res, err := results[i], errs[i]

@@ -18,6 +18,7 @@ import (
 // Scenario names, in the order Run runs them.
 const (
 	ScenarioPush       = "push"
+	ScenarioInsert     = "insert"
 	ScenarioPopAck     = "popack"
 	ScenarioAutoAck    = "autoack"
 	ScenarioMixed      = "mixed"
@@ -43,7 +44,7 @@ func Scenarios() []string {
 
 // allScenarios is every scenario, in the order Run runs them.
 func allScenarios() []string {
-	return []string{ScenarioPush, ScenarioPopAck, ScenarioAutoAck, ScenarioConsume, ScenarioAckAsync, ScenarioMixed,
+	return []string{ScenarioPush, ScenarioInsert, ScenarioPopAck, ScenarioAutoAck, ScenarioConsume, ScenarioAckAsync, ScenarioMixed,
 		ScenarioCurve, ScenarioIdle, ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioFloor, ScenarioSoak,
 		ScenarioSpool, ScenarioReplay}
 }

@@ -39,6 +39,7 @@ func (b *bench) queue(scenario string) string { return "bench-" + b.runID + "-" 
 // scenarioFuncs maps names to scenarios; Scenarios() gives the order.
 var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioPush:       (*bench).scenarioPush,
+	ScenarioInsert:     (*bench).scenarioInsert,
 	ScenarioPopAck:     (*bench).scenarioPopAck,
 	ScenarioAutoAck:    (*bench).scenarioAutoAck,
 	ScenarioMixed:      (*bench).scenarioMixed,
