@@ -18,6 +18,7 @@ func TestConsumeLoopScenarios(t *testing.T) {
 	cfg.SidecarBinary = bin
 	cfg.Out = ""
 	cfg.Scenarios = []string{ScenarioConsume, ScenarioAckAsync}
+	cfg.WritesQuiet = 0 // what PostgreSQL wrote is not what this test looks at
 	cfg.Messages = 2000
 	cfg.Connections = 2
 	var out bytes.Buffer

@@ -88,6 +88,7 @@ func pushAndPopAck(t *testing.T, set func(*Config)) (*Report, *bytes.Buffer, str
 	cfg.Out = filepath.Join(t.TempDir(), "bench.json")
 	cfg.Scenarios = []string{ScenarioPush, ScenarioPopAck}
 	cfg.Messages = 2000
+	cfg.WritesQuiet = 0 // what PostgreSQL wrote is not what these tests look at
 	set(&cfg)
 	out := &bytes.Buffer{}
 	cfg.Output = out
