@@ -22,6 +22,9 @@ type opSpec struct {
 	// duringDrain marks an operation still served while draining, so that
 	// probes can see the drain.
 	duringDrain bool
+	// connAware marks an operation that runs to completion but has a part
+	// that only matters while its client is there (whileConnected).
+	connAware bool
 }
 
 func (s *Server) operations() map[string]opSpec {
@@ -33,7 +36,7 @@ func (s *Server) operations() map[string]opSpec {
 		protocol.OpQueues:      {fn: s.opQueues},
 		protocol.OpStats:       {fn: s.opStats},
 		protocol.OpPop:         {fn: s.opPop, waits: true},
-		protocol.OpAck:         {fn: s.opAck},
+		protocol.OpAck:         {fn: s.opAck, connAware: true}, // an ack carrying a pop waits only while connected
 		protocol.OpRenew:       {fn: s.opRenew},
 		protocol.OpRelease:     {fn: s.opRelease},
 		protocol.OpGroups:      {fn: s.opGroups},
@@ -75,7 +78,9 @@ func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, e
 	if spec.waits {
 		ctx = connCtx
 	}
-	ctx = context.WithValue(ctx, connKey{}, connCtx)
+	if spec.connAware {
+		ctx = context.WithValue(ctx, connKey{}, connCtx)
+	}
 	if req.TimeoutMs > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)
