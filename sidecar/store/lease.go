@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,18 +29,54 @@ func (s *Store) Renew(ctx context.Context, leaseIDs []string, seconds int) ([]pr
 		RETURNING c.lease_expires_at`, secs)
 }
 
+// withdraw takes back the leases of pop results that were committed but
+// will not be sent (a result too large for its response): each cursor is
+// left as if the pop had not leased it, the delivery it counted included,
+// so a message that was never received is not one delivery nearer its
+// maxDeliveries. The leases are taken in (partition, group) order, as acks
+// take theirs, so that the two cannot deadlock.
+func (s *Store) withdraw(ctx context.Context, results []protocol.PopResult) error {
+	var ids []string
+	for _, r := range results {
+		for _, l := range r.Leases {
+			ids = append(ids, l.LeaseID)
+		}
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		ra, _ := parseLeaseID(a)
+		rb, _ := parseLeaseID(b)
+		return cmp.Or(cmp.Compare(ra.partition, rb.partition), cmp.Compare(ra.group, rb.group))
+	})
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.eachLease(ctx, ids, false, waking(`
+		UPDATE queenside.cursors c
+		   SET lease_id = NULL, lease_done = NULL,
+		       delivered_to = CASE WHEN c.delivered_to[cardinality(c.delivered_to)] = c.lease_to
+		                           THEN trim_array(c.delivered_to, 1) ELSE c.delivered_to END
+		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3`))
+	return err
+}
+
 // Release gives live leases back without charging any retry budget: their
 // unacked messages are deliverable again at once, and waiting pops are woken.
 func (s *Store) Release(ctx context.Context, leaseIDs []string) ([]protocol.LeaseResult, error) {
-	return s.eachLease(ctx, leaseIDs, false, `
-		WITH released AS (
-			UPDATE queenside.cursors c SET lease_id = NULL, lease_done = NULL
-			 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
-			RETURNING c.group_id)
-		SELECT now() FROM released r
-		  JOIN queenside.groups g ON g.id = r.group_id
+	return s.eachLease(ctx, leaseIDs, false, waking(`
+		UPDATE queenside.cursors c SET lease_id = NULL, lease_done = NULL
+		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()`))
+}
+
+// waking makes an update of one lease's cursor a statement for eachLease
+// that also wakes the pops waiting on its queue: what it frees is
+// deliverable at once.
+func waking(update string) string {
+	return `WITH freed AS (` + update + `
+		RETURNING c.group_id)
+		SELECT now() FROM freed f
+		  JOIN queenside.groups g ON g.id = f.group_id
 		  JOIN queenside.queues q ON q.id = g.queue_id,
-		       LATERAL queenside.wake(q.name)`)
+		       LATERAL queenside.wake(q.name)`
 }
 
 // eachLease runs sql (which returns one timestamp row for a live lease, none

@@ -68,9 +68,10 @@ func (r PopRequest) Key() PopKey {
 }
 
 // Pop delivers messages to a group in one transaction: see queenside.pop_many.
-// The result must fit in maxBytes once encoded: the transaction commits
-// only if it does, and is rolled back and retried with fewer messages if
-// not, so a result too large to send never moves a cursor or holds a lease.
+// The result must fit in maxBytes once encoded; one that does not is taken
+// back (its leases withdrawn, or with auto-ack its transaction rolled back)
+// and the pop served again with fewer messages, so a result too large to
+// send never moves a cursor, holds a lease or counts a delivery.
 func (s *Store) Pop(ctx context.Context, r PopRequest, maxBytes int) (protocol.PopResult, error) {
 	for {
 		res, sizes, err := s.popRetrying(ctx, []PopRequest{r}, maxBytes)
@@ -144,9 +145,9 @@ func isNoData(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "P0002"
 }
 
-// popOnce runs one call of pop_many in an explicit transaction and commits
-// it only if every result's size bound is within maxBytes; it returns the
-// results and their bounds either way.
+// popOnce runs one call of pop_many in a transaction, and takes it back if
+// a result's size bound is over maxBytes; it returns the results and their
+// bounds either way.
 func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([]protocol.PopResult, []int, error) {
 	c, err := s.newPopCall(ctx, reqs)
 	if err != nil {
@@ -159,10 +160,16 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	// A connection left inside a transaction by an error is destroyed by
 	// the pool on release, never reused.
 	defer conn.Release()
-	// BEGIN travels with the pop: one round trip, then COMMIT or ROLLBACK.
+	// BEGIN and COMMIT travel with the pop: one round trip. A pop that
+	// acks as it goes moves cursors that cannot be moved back, so it
+	// commits only once its results are known to fit (a second round trip).
+	committed := c.leases()
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	c.queue(&b)
+	if committed {
+		b.Queue("COMMIT")
+	}
 	br := conn.SendBatch(ctx, &b)
 	_, err = br.Exec()
 	var res []protocol.PopResult
@@ -176,8 +183,17 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	if err != nil {
 		return nil, nil, fmt.Errorf("pop %s: %w", reqs[0].Queue, err)
 	}
+	tooLarge := slices.Max(sizes) > maxBytes
+	if committed {
+		if tooLarge {
+			if err := s.withdraw(ctx, res); err != nil {
+				return nil, nil, fmt.Errorf("pop %s: withdraw a result too large to send: %w", reqs[0].Queue, err)
+			}
+		}
+		return res, sizes, nil
+	}
 	end := "COMMIT"
-	if slices.Max(sizes) > maxBytes {
+	if tooLarge {
 		end = "ROLLBACK"
 	}
 	if _, err := conn.Exec(ctx, end); err != nil {
@@ -227,6 +243,10 @@ func (c *popCall) queue(b *pgx.Batch) {
 	b.Queue(popSQL, c.ids.group, c.partition, pgtype.FlatArray[int32](c.partitions), pgtype.FlatArray[int32](c.batches),
 		c.leaseSeconds, c.reqs[0].AutoAck)
 }
+
+// leases tells whether the call's pops lease what they deliver (the
+// cursors stay put until acked), rather than ack it at once.
+func (c *popCall) leases() bool { return !c.reqs[0].AutoAck }
 
 // read reads the call's answer into each request's result, and returns the
 // results' size bounds.

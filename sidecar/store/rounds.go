@@ -32,8 +32,8 @@ import (
 // later waits for the next round), so each lease's items are applied as if
 // every call ran alone, and a pop takes a partition an ack of its round
 // released as the next round would. A round that fails on the data of one
-// request, or whose pop result would be too large, is run again request
-// by request.
+// request is run again request by request; one with a pop result too
+// large to send keeps its acks and serves its pops again alone.
 
 const (
 	roundWorkers    = 4 // rounds that may run at once
@@ -92,10 +92,10 @@ func (s *Store) Ack(ctx context.Context, items []protocol.AckItem) (protocol.Ack
 // consumer's cycle in one round trip and one commit. As in any round the
 // acks go first, so the pop may deliver what they released (the rest of a
 // partition whose lease they completed). err is the ack call's (nothing
-// was done); popErr the pop's,
-// after the acks were applied: should the two not fit in one transaction
-// (a pop result too large, or one request's data failing it), the ack is
-// applied alone and then the pop served alone.
+// was done); popErr the pop's, after the acks were applied: should the
+// data of one fail the transaction, the ack is applied alone and then the
+// pop served alone, and a pop result too large to send is served again
+// alone with fewer messages.
 func (s *Store) AckPop(ctx context.Context, items []protocol.AckItem, pop PopRequest, maxBytes int) (
 	ack protocol.AckResult, popped protocol.PopResult, popErr, err error) {
 	r, err := s.round(ctx, &roundJob{acks: items, pops: []PopRequest{pop}, maxBytes: maxBytes})
@@ -225,8 +225,8 @@ func (s *Store) runAlone(j *roundJob) {
 			j.done <- r
 			return
 		}
-		// The pop's result is too large, or the data failed the
-		// transaction: each part alone.
+		// The data failed the transaction (or, with auto-ack, the pop's
+		// result is too large): each part alone.
 	}
 	if len(j.acks) > 0 {
 		r.err = againIfAborted(j.ctx, func() (err error) {
@@ -248,8 +248,10 @@ func (s *Store) runAlone(j *roundJob) {
 var errTooLarge = fmt.Errorf("store: a pop result of the round is too large")
 
 // fusedRound runs jobs in one transaction: every ack in one call, then the
-// pops, the pops of each key in one call. It commits only if every pop
-// result fits in its request's limit.
+// pops, the pops of each key in one call. A pop result that does not fit
+// in its request's limit is taken back: the round is rolled back
+// (errTooLarge) when a pop acks as it goes, and otherwise its acks stand
+// and its pops are served again alone (popAgainAlone).
 func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult, error) {
 	// The pops, grouped by key in order of arrival: each job's requests
 	// are a range of its key's call.
@@ -297,6 +299,9 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	// A connection left inside a transaction by an error is destroyed by
 	// the pool on release, never reused.
 	defer conn.Release()
+	// BEGIN and COMMIT travel with the calls: a round is one round trip,
+	// unless a pop acks as it goes (see popOnce).
+	committed := true
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	if len(ack.sent) > 0 {
@@ -304,6 +309,10 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	}
 	for _, g := range groups {
 		g.call.queue(&b)
+		committed = committed && g.call.leases()
+	}
+	if committed {
+		b.Queue("COMMIT")
 	}
 	br := conn.SendBatch(ctx, &b)
 	answers := make([]roundResult, len(jobs))
@@ -341,15 +350,17 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && tooLarge {
+	if err == nil && tooLarge && !committed {
 		err = errTooLarge
 	}
-	end := "COMMIT"
-	if err != nil {
-		end = "ROLLBACK"
-	}
-	if _, eerr := conn.Exec(ctx, end); eerr != nil && err == nil {
-		err = fmt.Errorf("consume: %s: %w", strings.ToLower(end), eerr)
+	if !committed || err != nil {
+		end := "COMMIT"
+		if err != nil {
+			end = "ROLLBACK"
+		}
+		if _, eerr := conn.Exec(ctx, end); eerr != nil && err == nil {
+			err = fmt.Errorf("consume: %s: %w", strings.ToLower(end), eerr)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -359,7 +370,32 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 			answers[i].ack = splitAck(ackRes.Results[ackFrom[i]:ackFrom[i]+len(j.acks)], ackFrom[i], j.acks, ackRes.Leases)
 		}
 	}
+	if tooLarge {
+		s.popAgainAlone(ctx, jobs, answers)
+	}
 	return answers, nil
+}
+
+// popAgainAlone answers the pops of a committed round of which one result
+// is too large to send: the round's acks stand, its pops' leases are
+// withdrawn, and each request's pops are served again in a transaction of
+// their own, as popAlone serves a result too large.
+func (s *Store) popAgainAlone(ctx context.Context, jobs []*roundJob, answers []roundResult) {
+	var served []protocol.PopResult
+	for _, a := range answers {
+		served = append(served, a.pops...)
+	}
+	err := s.withdraw(ctx, served)
+	for i, j := range jobs {
+		switch {
+		case len(j.pops) == 0:
+		case err != nil:
+			answers[i].pops = make([]protocol.PopResult, len(j.pops))
+			answers[i].popErrs = repeat(fmt.Errorf("consume: withdraw a result too large to send: %w", err), len(j.pops))
+		default:
+			answers[i].pops, answers[i].popErrs = s.popAlone(j.ctx, j.pops, j.maxBytes)
+		}
+	}
 }
 
 // splitAck is one call's share of a fused call's answer: its items'

@@ -141,3 +141,49 @@ func TestRoundWithATooLargeResultServesEachAlone(t *testing.T) {
 		t.Fatalf("the other partition after the refused pop: %v, %+v", errs[0], again[0].Messages)
 	}
 }
+
+// A round whose acks carry a pop with a result too large to send commits
+// the acks, takes the pop's leases back as if they had never been taken,
+// and serves the pop again with fewer messages: the message delivered
+// then is delivered for the first time, with one attempt counted, not two.
+func TestRoundWithAckCarryingATooLargePopKeepsTheAcks(t *testing.T) {
+	s := openStore(t)
+	pushOne(t, s, "q", "p0")
+	first, errs := s.PopMany(context.Background(), []PopRequest{{Queue: "q", Group: "g", Batch: 1, Partitions: 1}}, 1<<20)
+	if errs[0] != nil || len(first[0].Messages) != 1 {
+		t.Fatalf("first pop: %v, %+v", errs[0], first[0].Messages)
+	}
+	big := make([]byte, 1000)
+	for i := 0; i < 2; i++ { // two pushes: two segments of p1
+		m := Message{Queue: "q", Partition: "p1", Payload: big, TransactionID: uuid.NewString(), MessageID: uuid.Must(uuid.NewV7())}
+		if _, err := s.Push(context.Background(), []Message{m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one := resultBound(protocol.PopResult{Leases: make([]protocol.Lease, 1),
+		Messages: []protocol.Message{{Queue: "q", Partition: "p1", Payload: big, TransactionID: uuid.NewString()}}}, 0)
+	job := &roundJob{ctx: context.Background(), acks: completedAll(first[0]), maxBytes: one + 100,
+		pops: []PopRequest{{Queue: "q", Group: "g", Batch: 10, Partitions: 10}}, done: make(chan roundResult, 1)}
+	s.rounds.RunBatch([]*roundJob{job})
+	r := <-job.done
+	if r.err != nil || len(r.ack.Results) != 1 || !r.ack.Results[0].Success {
+		t.Fatalf("the ack: %v, %+v", r.err, r.ack.Results)
+	}
+	got := r.pops[0]
+	if r.popErrs[0] != nil || len(got.Messages) != 1 || got.Messages[0].Partition != "p1" || got.Messages[0].Offset != 0 {
+		t.Fatalf("the pop served again: %v, %+v", r.popErrs[0], got.Messages)
+	}
+	if got.Messages[0].Redelivered || got.Leases[0].HeadAttempts != 1 {
+		t.Fatalf("the withdrawn delivery was counted: redelivered %v, head attempts %d",
+			got.Messages[0].Redelivered, got.Leases[0].HeadAttempts)
+	}
+	// The ack stood: p0 has nothing more to deliver, and the rest of p1
+	// comes once its lease is acked.
+	if _, err := s.Ack(context.Background(), completedAll(got)); err != nil {
+		t.Fatal(err)
+	}
+	rest, errs := s.PopMany(context.Background(), []PopRequest{{Queue: "q", Group: "g", Batch: 10, Partitions: 10}}, 1<<20)
+	if errs[0] != nil || len(rest[0].Messages) != 1 || rest[0].Messages[0].Partition != "p1" || rest[0].Messages[0].Offset != 1 {
+		t.Fatalf("after the ack: %v, %+v", errs[0], rest[0].Messages)
+	}
+}
