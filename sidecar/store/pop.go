@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -157,8 +156,6 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	if err != nil {
 		return nil, nil, fmt.Errorf("pop %s: %w", reqs[0].Queue, err)
 	}
-	// A connection left inside a transaction by an error is destroyed by
-	// the pool on release, never reused.
 	defer conn.Release()
 	// BEGIN and COMMIT travel with the pop: one round trip. A pop that
 	// acks as it goes moves cursors that cannot be moved back, so it
@@ -180,24 +177,14 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
+	tooLarge := err == nil && slices.Max(sizes) > maxBytes
+	if err := settle(ctx, conn, committed, !tooLarge, err); err != nil {
 		return nil, nil, fmt.Errorf("pop %s: %w", reqs[0].Queue, err)
 	}
-	tooLarge := slices.Max(sizes) > maxBytes
-	if committed {
-		if tooLarge {
-			if err := s.withdraw(ctx, res); err != nil {
-				return nil, nil, fmt.Errorf("pop %s: withdraw a result too large to send: %w", reqs[0].Queue, err)
-			}
+	if committed && tooLarge {
+		if err := s.withdraw(ctx, res); err != nil {
+			return nil, nil, fmt.Errorf("pop %s: withdraw a result too large to send: %w", reqs[0].Queue, err)
 		}
-		return res, sizes, nil
-	}
-	end := "COMMIT"
-	if tooLarge {
-		end = "ROLLBACK"
-	}
-	if _, err := conn.Exec(ctx, end); err != nil {
-		return nil, nil, fmt.Errorf("pop %s: %s: %w", reqs[0].Queue, strings.ToLower(end), err)
 	}
 	return res, sizes, nil
 }

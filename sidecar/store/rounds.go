@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -296,8 +295,6 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
-	// A connection left inside a transaction by an error is destroyed by
-	// the pool on release, never reused.
 	defer conn.Release()
 	// BEGIN and COMMIT travel with the calls: a round is one round trip,
 	// unless a pop acks as it goes (see popOnce).
@@ -350,20 +347,11 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && tooLarge && !committed {
-		err = errTooLarge
-	}
-	if !committed || err != nil {
-		end := "COMMIT"
-		if err != nil {
-			end = "ROLLBACK"
-		}
-		if _, eerr := conn.Exec(ctx, end); eerr != nil && err == nil {
-			err = fmt.Errorf("consume: %s: %w", strings.ToLower(end), eerr)
-		}
-	}
-	if err != nil {
+	if err := settle(ctx, conn, committed, !tooLarge, err); err != nil {
 		return nil, err
+	}
+	if tooLarge && !committed {
+		return nil, errTooLarge
 	}
 	for i, j := range jobs {
 		if len(j.acks) > 0 {

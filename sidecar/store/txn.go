@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/queenside/queenside/protocol"
@@ -94,4 +96,24 @@ func (s *Store) transaction(ctx context.Context, acks []protocol.AckItem, msgs [
 		return ackRes, nil, fmt.Errorf("transaction: commit: %w", err)
 	}
 	return ackRes, outcomes, nil
+}
+
+// settle ends a transaction whose statements went in one batch after its
+// BEGIN, and with its COMMIT when pipelined: err, the batch's error, rolls
+// it back; otherwise one not pipelined is committed if keep, or rolled back
+// (a pop result too large to send). It returns err, or the error of ending
+// it. A connection still inside a transaction when this fails is destroyed
+// by the pool on release, never reused.
+func settle(ctx context.Context, conn *pgxpool.Conn, pipelined, keep bool, err error) error {
+	if pipelined && err == nil {
+		return nil
+	}
+	end := "COMMIT"
+	if err != nil || !keep {
+		end = "ROLLBACK"
+	}
+	if _, eerr := conn.Exec(ctx, end); eerr != nil && err == nil {
+		return fmt.Errorf("%s: %w", strings.ToLower(end), eerr)
+	}
+	return err
 }
