@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -102,23 +101,15 @@ UPDATE %[1]s.cursors
 
 func (b *bench) scenarioFloor(ctx context.Context) (r Result) {
 	r = Result{Name: ScenarioFloor}
-	if b.dbURL == "" {
-		r.setupFailed(fmt.Errorf("floor writes to the database: give --database-url with --socket"))
-		return r
-	}
-	schema := "bench_floor_" + strings.ReplaceAll(strings.ToLower(b.runID), "-", "_")
-	admin, err := pgx.Connect(ctx, b.dbURL)
+	schema, drop, err := b.openScratch(ctx, ScenarioFloor, func(ctx context.Context, db *pgx.Conn, schema string) error {
+		return createFloor(ctx, db, schema, b.cfg.FloorPartitions)
+	})
 	if err != nil {
-		r.setupFailed(fmt.Errorf("connect to PostgreSQL: %w", err))
-		return r
-	}
-	defer admin.Close(context.Background())
-	if err := createFloor(ctx, admin, schema, b.cfg.FloorPartitions); err != nil {
 		r.setupFailed(err)
 		return r
 	}
 	defer func() {
-		if err := dropFloor(admin, schema); err != nil {
+		if err := drop(); err != nil {
 			r.setupFailed(err)
 		}
 	}()
@@ -171,13 +162,6 @@ func createFloor(ctx context.Context, db *pgx.Conn, schema string, partitions in
 	}
 	if _, err := db.Exec(ctx, fmt.Sprintf("ANALYZE %[1]s.partitions, %[1]s.cursors", schema)); err != nil {
 		return fmt.Errorf("analyze the floor's tables: %w", err)
-	}
-	return nil
-}
-
-func dropFloor(db *pgx.Conn, schema string) error {
-	if _, err := db.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-		return fmt.Errorf("drop the floor's tables: %w", err)
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ func TestFloorWritesWhatItCounts(t *testing.T) {
 			"stored %d in %d rows, cursors acked %d, a lease left %v",
 			total.messages, pushes, advanced, dedupRows, dedupOffsets, stored, storageRows, acked, leased)
 	}
-	if err := dropFloor(admin, floor); err != nil {
+	if err := dropScratch(admin, floor); err != nil {
 		t.Fatal(err)
 	}
 }

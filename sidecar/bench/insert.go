@@ -5,7 +5,6 @@ import (
 	cryptorand "crypto/rand"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,24 +38,19 @@ SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bytea[])`
 
 func (b *bench) scenarioInsert(ctx context.Context) (r Result) {
 	r = Result{Name: ScenarioInsert}
-	if b.dbURL == "" {
-		r.setupFailed(fmt.Errorf("insert writes to the database: give --database-url with --socket"))
-		return r
-	}
-	schema := "bench_insert_" + strings.ReplaceAll(strings.ToLower(b.runID), "-", "_")
-	admin, err := pgx.Connect(ctx, b.dbURL)
+	schema, drop, err := b.openScratch(ctx, ScenarioInsert, func(ctx context.Context, db *pgx.Conn, schema string) error {
+		if _, err := db.Exec(ctx, fmt.Sprintf(insertTable, schema)); err != nil {
+			return fmt.Errorf("create the insert table: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		r.setupFailed(fmt.Errorf("connect to PostgreSQL: %w", err))
-		return r
-	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, fmt.Sprintf(insertTable, schema)); err != nil {
-		r.setupFailed(fmt.Errorf("create the insert table: %w", err))
+		r.setupFailed(err)
 		return r
 	}
 	defer func() {
-		if _, err := admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-			r.setupFailed(fmt.Errorf("drop the insert table: %w", err))
+		if err := drop(); err != nil {
+			r.setupFailed(err)
 		}
 	}()
 	conns := make([]*pgx.Conn, b.cfg.Connections)
