@@ -66,6 +66,7 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 		// of WAL before the old primary is back: 2 GB is kept.
 		settings = []string{"wal_log_hints=on", "wal_keep_size=2GB"}
 	}
+	settings = append(settings, cfg.PGSettings...)
 	c.pg, err = pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Settings: settings, Logger: log.Named("postgres")})
 	if err != nil {
 		return c, fmt.Errorf("start PostgreSQL: %w", err)

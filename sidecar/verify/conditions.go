@@ -21,14 +21,14 @@ type Conditions struct {
 	GoVersion      string            `json:"goVersion"`
 	OSArch         string            `json:"osArch"`
 	SidecarVersion string            `json:"sidecarVersion"`
-	Postgres       map[string]string `json:"postgres"` // server_version and the settings that decide durability
+	Postgres       map[string]string `json:"postgres"` // server_version, the settings that decide durability, and those the run was given
 }
 
 // postgresSettings are read from the server: what a commit costs and
 // whether it survives an immediate stop.
 var postgresSettings = []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_level", "shared_buffers", "max_connections"}
 
-func conditions(ctx context.Context, cl *cluster) Conditions {
+func conditions(ctx context.Context, cl *cluster, given []string) Conditions {
 	c := Conditions{GoVersion: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
 		SidecarVersion: cl.version, Postgres: map[string]string{}}
 	c.Cores, c.CPUModel = cpuInfo()
@@ -38,7 +38,12 @@ func conditions(ctx context.Context, cl *cluster) Conditions {
 	defer cancel()
 	if conn, err := pgx.Connect(ctx, cl.dbURL); err == nil {
 		defer conn.Close(context.Background())
-		for _, name := range postgresSettings {
+		names := append([]string(nil), postgresSettings...)
+		for _, s := range given {
+			name, _ := settingName(s)
+			names = append(names, name)
+		}
+		for _, name := range names {
 			var v string
 			if conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v) == nil {
 				c.Postgres[name] = v

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -66,6 +67,11 @@ type Config struct {
 	// KeepFiles keeps the temporary directory (PostgreSQL, spools, sidecar
 	// logs) even after a run that passed; a failed run always keeps it.
 	KeepFiles bool `json:"keep-files"`
+	// PGSettings are more settings of the PostgreSQL the run starts (and of
+	// its standby), each "name=value": to see where a run's time goes, say
+	// with pg_stat_statements loaded. They are read back into the report's
+	// conditions, since they change what a run measures.
+	PGSettings []string `json:"pg-settings,omitempty"`
 
 	// Output receives progress lines and the report; nil means os.Stdout.
 	Output io.Writer `json:"-"`
@@ -136,8 +142,20 @@ func (c Config) Validate() error {
 	check(c.WaitMs >= 0 && c.WaitMs <= 60_000, "--wait-ms %d: want 0..60000", c.WaitMs)
 	check(c.DrainTimeout > 0, "--drain-timeout must be positive")
 	check(c.Interval >= 100*time.Millisecond, "--interval %v: want at least 100ms", c.Interval)
+	for _, s := range c.PGSettings {
+		_, ok := settingName(s)
+		check(ok, "--pg-setting %q: want name=value", s)
+	}
 	if _, err := c.schedule(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// settingName is the name of a "name=value" PostgreSQL setting; ok is
+// false when s is not of that form.
+func settingName(s string) (name string, ok bool) {
+	name, _, ok = strings.Cut(s, "=")
+	name = strings.TrimSpace(name)
+	return name, ok && name != ""
 }

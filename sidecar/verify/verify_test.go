@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -110,5 +111,50 @@ func TestVerifyWithFaults(t *testing.T) {
 	}
 	if !parsed.Passed || len(parsed.Queues) != cfg.Stages+1 || parsed.Flags["faults"] != cfg.Faults {
 		t.Errorf("JSON report: passed %v, %d queues, flags %v", parsed.Passed, len(parsed.Queues), parsed.Flags)
+	}
+}
+
+// The settings a run is given reach its PostgreSQL and are read back into
+// the report, where the comparison of two runs needs them.
+func TestVerifyPassesPostgresSettings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a run with real processes")
+	}
+	cfg := DefaultConfig()
+	cfg.SidecarBinary = buildSidecar(t)
+	cfg.Sidecars = 1
+	cfg.Stages = 1
+	cfg.Partitions = 4
+	cfg.Rate = 50
+	cfg.Duration = 2 * time.Second
+	cfg.SidecarKills, cfg.SidecarTerms, cfg.PGRestarts, cfg.PGFailovers, cfg.ConsumerKills, cfg.LeaseExpiries, cfg.OutageKills = 0, 0, 0, 0, 0, 0, 0
+	cfg.Faults = ""
+	cfg.Interval = time.Second
+	cfg.Out = ""
+	cfg.PGSettings = []string{"work_mem=7MB", "track_functions=pl"}
+	var out bytes.Buffer
+	cfg.Output = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	if !rep.Passed {
+		t.Fatalf("the run did not pass:\n%s", out.String())
+	}
+	if got := rep.Conditions.Postgres["work_mem"]; got != "7MB" {
+		t.Errorf("work_mem on the run's server: %q, want 7MB", got)
+	}
+	if got := rep.Conditions.Postgres["track_functions"]; got != "pl" {
+		t.Errorf("track_functions on the run's server: %q, want pl", got)
+	}
+	if !strings.Contains(out.String(), "PostgreSQL settings given: work_mem 7MB, track_functions pl") {
+		t.Errorf("the report does not list the settings given:\n%s", out.String())
+	}
+
+	cfg.PGSettings = []string{"work_mem"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `--pg-setting "work_mem": want name=value`) {
+		t.Errorf("a setting without a value: %v", err)
 	}
 }

@@ -44,6 +44,7 @@ func verifyCommand() *cli.Command {
 			&cli.DurationFlag{Name: "interval", Value: d.Interval, Usage: "width of the progress lines and throughput buckets"},
 			&cli.StringFlag{Name: "sidecar-binary", Usage: "binary to run as the sidecars (default: this one)"},
 			&cli.BoolFlag{Name: "keep-files", Usage: "keep PostgreSQL, spools and sidecar logs even when the run passes"},
+			&cli.StringSliceFlag{Name: "pg-setting", Usage: "a PostgreSQL setting name=value for the run's server (repeatable), e.g. shared_preload_libraries=pg_stat_statements with --keep-files to read where the time went"},
 		}, logFlags()...),
 		Action: runVerify,
 	}
@@ -81,6 +82,7 @@ func runVerify(c *cli.Context) error {
 		Interval:      c.Duration("interval"),
 		SidecarBinary: c.String("sidecar-binary"),
 		KeepFiles:     c.Bool("keep-files"),
+		PGSettings:    c.StringSlice("pg-setting"),
 		Logger:        log,
 	}
 	for _, k := range verify.FaultKinds() {
