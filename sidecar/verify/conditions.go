@@ -28,6 +28,7 @@ type Conditions struct {
 // whether it survives an immediate stop.
 var postgresSettings = []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_level", "shared_buffers", "max_connections"}
 
+// given are the names of the settings the run was given, read back too.
 func conditions(ctx context.Context, cl *cluster, given []string) Conditions {
 	c := Conditions{GoVersion: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
 		SidecarVersion: cl.version, Postgres: map[string]string{}}
@@ -38,12 +39,7 @@ func conditions(ctx context.Context, cl *cluster, given []string) Conditions {
 	defer cancel()
 	if conn, err := pgx.Connect(ctx, cl.dbURL); err == nil {
 		defer conn.Close(context.Background())
-		names := append([]string(nil), postgresSettings...)
-		for _, s := range given {
-			name, _ := settingName(s)
-			names = append(names, name)
-		}
-		for _, name := range names {
+		for _, name := range append(append([]string(nil), postgresSettings...), given...) {
 			var v string
 			if conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v) == nil {
 				c.Postgres[name] = v

@@ -159,3 +159,12 @@ func settingName(s string) (name string, ok bool) {
 	name = strings.TrimSpace(name)
 	return name, ok && name != ""
 }
+
+// pgSettingNames are the names of PGSettings, in their order.
+func (c Config) pgSettingNames() []string {
+	names := make([]string, len(c.PGSettings))
+	for i, s := range c.PGSettings {
+		names[i], _ = settingName(s)
+	}
+	return names
+}

@@ -38,10 +38,9 @@ func printReport(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "\nconditions: %d × %s, %.1f GiB, %s; %s %s; PostgreSQL %s (fsync %s, synchronous_commit %s, full_page_writes %s); sidecar %s\n",
 		cond.Cores, cond.CPUModel, float64(cond.MemoryBytes)/(1<<30), cond.OS, cond.GoVersion, cond.OSArch,
 		cond.Postgres["server_version"], cond.Postgres["fsync"], cond.Postgres["synchronous_commit"], cond.Postgres["full_page_writes"], cond.SidecarVersion)
-	if given := rep.Config.PGSettings; len(given) > 0 {
+	if given := rep.Config.pgSettingNames(); len(given) > 0 {
 		read := make([]string, len(given))
-		for i, s := range given {
-			name, _ := settingName(s)
+		for i, name := range given {
 			read[i] = name + " " + cond.Postgres[name]
 		}
 		fmt.Fprintf(out, "PostgreSQL settings given: %s\n", strings.Join(read, ", "))

@@ -81,7 +81,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			fmt.Fprintf(out, "kept %s (PostgreSQL's cluster and log, the sidecars' spools and logs)\n", cl.tmp)
 		}
 	}()
-	rep.Conditions = conditions(ctx, cl, cfg.PGSettings)
+	rep.Conditions = conditions(ctx, cl, cfg.pgSettingNames())
 	r := &run{cfg: cfg, runID: rep.RunID, seed: seed, out: out, cl: cl, vl: newViolationLog()}
 	if err := r.configureQueues(ctx); err != nil {
 		return rep, err

@@ -128,7 +128,6 @@ func TestVerifyPassesPostgresSettings(t *testing.T) {
 	cfg.Rate = 50
 	cfg.Duration = 2 * time.Second
 	cfg.SidecarKills, cfg.SidecarTerms, cfg.PGRestarts, cfg.PGFailovers, cfg.ConsumerKills, cfg.LeaseExpiries, cfg.OutageKills = 0, 0, 0, 0, 0, 0, 0
-	cfg.Faults = ""
 	cfg.Interval = time.Second
 	cfg.Out = ""
 	cfg.PGSettings = []string{"work_mem=7MB", "track_functions=pl"}
