@@ -19,8 +19,9 @@ HTTP_ADDR ?= 127.0.0.1:8080
 run: build ## run a sidecar on ./.queenside/queenside.sock, with a throwaway PostgreSQL under ./.queenside/ and its dashboard on http://127.0.0.1:8080/ (HTTP_ADDR=)
 	./$(BIN) dev --http-addr $(HTTP_ADDR)
 
-generate: ## write the Python and Node clients' tables of error codes and queue options from protocol/ (go test ./protocol fails when they differ)
+generate: ## write the Python and Node clients' tables of error codes and queue options from protocol/, and schema/current.sql from a freshly migrated database (the tests fail when either differs)
 	$(GO) run ./protocol/internal/gen
+	$(GO) test ./schema -run '^TestCurrentSQLIsTheMigratedSchema$$' -count=1 -write-current
 
 test: deps lint test-go test-python test-node test-dashboard ## run every test: Go, Python, Node and the dashboard in a browser (each starts its own PostgreSQL)
 
