@@ -1,0 +1,122 @@
+package citusrules
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Each case is a statement that breaks one rule and its form that keeps it.
+var cases = []struct {
+	rule         Rule
+	broken, kept string
+}{
+	{WritePruned,
+		`UPDATE queenside.partitions p SET next_offset = p.next_offset + c.n FROM unnest(p_ids, p_counts) c (id, n) WHERE p.id = c.id`,
+		`UPDATE queenside.partitions p SET next_offset = p.next_offset + 1 WHERE p.id = ANY (p_ids)`},
+	{LockOneShard,
+		`SELECT cu.partition_id FROM queenside.cursors cu JOIN queenside.partitions p ON p.id = cu.partition_id
+		  WHERE cu.group_id = p_group ORDER BY cu.head_at LIMIT 10 FOR UPDATE OF cu SKIP LOCKED`,
+		`SELECT cu.partition_id FROM queenside.cursors cu JOIN queenside.partitions p ON p.id = cu.partition_id
+		  WHERE cu.group_id = p_group AND cu.partition_id = ANY (p_pids) AND p.id = ANY (p_pids)
+		  ORDER BY cu.head_at LIMIT 10 FOR UPDATE OF cu SKIP LOCKED`},
+	{NoVolatileInWrite,
+		`UPDATE queenside.cursors cu SET head_at = queenside.cursor_head(p_partition, v_cursor) WHERE cu.partition_id = p_partition`,
+		`UPDATE queenside.cursors cu SET head_at = v_head WHERE cu.partition_id = p_partition`},
+	{NoStableOfColumn,
+		`UPDATE queenside.cursors c SET lease_expires_at = now() + make_interval(secs => q.lease_seconds)
+		   FROM queenside.queues q WHERE c.partition_id = $2`,
+		`UPDATE queenside.cursors c SET lease_expires_at = greatest(c.lease_expires_at, $4) WHERE c.partition_id = $2`},
+	{NoMutableInCase,
+		`UPDATE queenside.cursors cu SET lease_expires_at = CASE WHEN v_done THEN NULL ELSE now() END WHERE cu.partition_id = p_partition`,
+		`UPDATE queenside.cursors cu SET lease_expires_at = CASE WHEN v_done THEN NULL ELSE v_now END WHERE cu.partition_id = p_partition`},
+	{NoNestedQuery,
+		`SELECT p.id, queenside.first_offset_at(p.id, g.start_at) FROM queenside.partitions p, queenside.groups g WHERE p.id = $1`,
+		`SELECT p.id, (SELECT s.base_offset FROM queenside.segments s WHERE s.partition_id = $1 ORDER BY s.last_offset LIMIT 1)
+		   FROM queenside.partitions p WHERE p.id = $1`},
+	{NoModifyingCTE,
+		`WITH moved AS (UPDATE queenside.partitions p SET next_offset = p.next_offset + 1 WHERE p.id = ANY (p_ids) RETURNING p.id)
+		 SELECT array_agg(id) FROM moved`,
+		`SELECT array_agg(p.id) FROM queenside.partitions p WHERE p.id = ANY (p_ids)`},
+	{NoNodeEffects,
+		`SELECT pg_notify('queenside', q.name) FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id WHERE p.id = $1`,
+		`SELECT pg_notify('queenside', q.name) FROM queenside.queues q WHERE q.id = $1`},
+}
+
+func TestEachRuleFindsItsShapeAndPassesTheFix(t *testing.T) {
+	for _, c := range cases {
+		if !hasRule(CheckStatements("case", c.broken), c.rule) {
+			t.Errorf("%s: not found in\n    %s", c.rule, c.broken)
+		}
+		if vs := CheckStatements("case", c.kept); len(vs) > 0 {
+			t.Errorf("%s: the kept form is refused: %v", c.rule, vs)
+		}
+	}
+}
+
+func TestFunctionRules(t *testing.T) {
+	generic := `CREATE OR REPLACE FUNCTION queenside.f(p_id bigint) RETURNS bigint LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$ BEGIN RETURN (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_id); END $function$`
+	if !hasRule(CheckFunction("f", generic), NoForcedGenericPlan) {
+		t.Error("force_generic_plan in a function's settings not found")
+	}
+	sqlFunction := `CREATE OR REPLACE FUNCTION queenside.f(p_id bigint) RETURNS bigint LANGUAGE sql
+AS $function$ SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_id $function$`
+	if !hasRule(CheckFunction("f", sqlFunction), NoSQLFunction) {
+		t.Error("a LANGUAGE sql function on a distributed table not found")
+	}
+	waking := `CREATE OR REPLACE FUNCTION queenside.f(p_id bigint) RETURNS void LANGUAGE plpgsql
+AS $function$ BEGIN UPDATE queenside.partitions p SET next_offset = 0 WHERE p.id = p_id; PERFORM queenside.wake('q'); END $function$`
+	if !hasRule(CheckFunction("f", waking), NoNodeEffects) {
+		t.Error("a wake-up in a function on a distributed table not found")
+	}
+	kept := `CREATE OR REPLACE FUNCTION queenside.f(p_id bigint) RETURNS bigint LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+AS $function$
+DECLARE v_head timestamptz;
+BEGIN
+  -- an assignment may call what queries distributed tables: it is no statement on them
+  v_head := queenside.cursor_head(p_id, 0);
+  UPDATE queenside.cursors cu SET head_at = v_head WHERE cu.partition_id = p_id;
+  RETURN 1;
+END $function$`
+	if vs := CheckFunction("f", kept); len(vs) > 0 {
+		t.Errorf("a function keeping the rules is refused: %v", vs)
+	}
+}
+
+func TestQuotesAndCommentsAreNotStatements(t *testing.T) {
+	sql := `SELECT 1 FROM queenside.queues WHERE name = 'a; UPDATE queenside.cursors SET head_at = clock_timestamp()';
+	-- UPDATE queenside.cursors SET head_at = clock_timestamp();
+	/* UPDATE queenside.cursors SET head_at = clock_timestamp(); */
+	SELECT $x$ UPDATE queenside.cursors SET head_at = clock_timestamp(); $x$`
+	if vs := CheckStatements("case", sql); len(vs) > 0 {
+		t.Errorf("quoted or commented SQL taken for statements: %v", vs)
+	}
+}
+
+func TestGoStringsAreChecked(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.go")
+	src := "package x\n\nconst q = `UPDATE queenside.cursors c SET head_at = clock_timestamp() WHERE c.partition_id = $1`\n"
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := CheckGoFiles([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasRule(vs, NoVolatileInWrite) || vs[0].Place != "x.go" {
+		t.Errorf("a Go string breaking R3: %v", vs)
+	}
+}
+
+func hasRule(vs []Violation, r Rule) bool {
+	for _, v := range vs {
+		if v.Rule == r {
+			return true
+		}
+	}
+	return false
+}

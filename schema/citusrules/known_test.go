@@ -1,0 +1,112 @@
+package citusrules
+
+import (
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// known is every place the live SQL breaks a rule today, with the form it
+// takes on Citus. It only shrinks: a rule newly broken fails the test, and
+// so does an entry whose place keeps the rule now (take it out).
+var known = map[string]string{
+	"current.sql: ack R3":                 "the head as an assignment (v_head := queenside.cursor_head(…)), then SET head_at = v_head",
+	"current.sql: ack R6":                 "the same assignment",
+	"current.sql: ack R10":                "return a rewound flag; the sidecar notifies on the coordinator",
+	"current.sql: ack_call R1":            "= ANY (p_partitions) on cursors, partitions and segments",
+	"current.sql: ack_call R2":            "the pre-lock on one shard: every lease of a per-shard call is on it",
+	"current.sql: ack_call R5":            "v_now := now() and v_now in the CASE",
+	"current.sql: ack_call R8":            "no force_generic_plan",
+	"current.sql: ack_call R9":            "one statement a step",
+	"current.sql: consumed_to R7":         "PL/pgSQL",
+	"current.sql: ensure_group R6":        "committed and head from a correlated segment look-up, no function call",
+	"current.sql: ensure_partitions R9":   "names in partition_names (reference), then plain INSERTs",
+	"current.sql: expire_segments R1":     "discovery (a multi-shard read) then expire_partition per partition",
+	"current.sql: expire_segments R6":     "the same split",
+	"current.sql: expire_segments R9":     "the same split",
+	"current.sql: head_at R7":             "unused since 0005: dropped",
+	"current.sql: pop R1":                 "named partition only (force-delegated); positioning moves to position_cursors",
+	"current.sql: pop R2":                 "the choice without a partition goes to discovery and pop_many",
+	"current.sql: pop R3":                 "heads as assignments",
+	"current.sql: pop R6":                 "heads as assignments",
+	"current.sql: pop_many R1":            "= ANY (p_pids) on every relation, p_route first",
+	"current.sql: pop_many R2":            "candidates locked by = ANY (p_pids) on cursors and partitions",
+	"current.sql: pop_many R3":            "heads computed into an array first",
+	"current.sql: pop_many R6":            "the same array",
+	"current.sql: pop_many R8":            "no force_generic_plan",
+	"current.sql: pop_many R9":            "one statement a step",
+	"current.sql: purge_dedup R1":         "discovery then purge_partition per partition",
+	"current.sql: purge_dedup R9":         "the same split",
+	"current.sql: purge_orphan_hashes R1": "folded into purge_partition",
+	"current.sql: purge_orphan_hashes R9": "folded into purge_partition",
+	"current.sql: push R1":                "the partition update with = ANY (p_ids), no join to unnest",
+	"current.sql: push R8":                "no force_generic_plan",
+	"current.sql: push R9":                "one statement a step",
+	"current.sql: push R10":               "the sidecar notifies on the coordinator after the commit",
+	"current.sql: push_general R1":        "= ANY on every relation",
+	"current.sql: push_general R7":        "PL/pgSQL",
+	"current.sql: push_general R9":        "one statement a step",
+	"current.sql: seek R1":                "seek1 per partition, force-delegated, in one transaction",
+	"current.sql: seek R2":                "the same",
+	"current.sql: seek R3":                "heads as assignments",
+	"current.sql: seek R6":                "heads as assignments",
+	"current.sql: seek R9":                "one statement a step",
+	"current.sql: seek R10":               "the sidecar notifies",
+	"current.sql: shed_undelivered R3":    "the head as an assignment",
+	"current.sql: shed_undelivered R6":    "the head as an assignment",
+	"dashboard.go R6":                     "the first offset by a correlated segment look-up",
+	"dlq.go R1":                           "dead letters addressed by (partition_id, id)",
+	"grouplist.go R6":                     "the first offset by a correlated segment look-up",
+	"lease.go R4":                         "renew as a function: the expiry computed into a variable",
+	"queues.go R6":                        "the first offset by a correlated segment look-up",
+}
+
+func key(v Violation) string {
+	number, _, _ := strings.Cut(string(v.Rule), " ")
+	return v.Place + " " + number
+}
+
+// liveViolations checks schema/current.sql and the store's SQL.
+func liveViolations(t *testing.T) []Violation {
+	t.Helper()
+	vs, err := CheckSchemaFile(filepath.Join("..", "current.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join("..", "..", "sidecar", "store", "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the store's sources: %v (%d files)", err, len(files))
+	}
+	var sources []string
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			sources = append(sources, f)
+		}
+	}
+	gs, err := CheckGoFiles(sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(vs, gs...)
+}
+
+func TestTheLiveSQLBreaksNoRuleNotKnown(t *testing.T) {
+	found := map[string]bool{}
+	for _, v := range liveViolations(t) {
+		found[key(v)] = true
+		if _, ok := known[key(v)]; !ok {
+			t.Errorf("%s breaks %s (SCALING.md, \"The statement rules\"):\n    %s", v.Place, v.Rule, v.Text)
+		}
+	}
+	var kept []string
+	for k := range known {
+		if !found[k] {
+			kept = append(kept, k)
+		}
+	}
+	sort.Strings(kept)
+	for _, k := range kept {
+		t.Errorf("%s keeps its rule now: take it out of known", k)
+	}
+}
