@@ -53,8 +53,10 @@ const (
 	NoSQLFunction Rule = "R7 no SQL-language function on distributed tables"
 	// NoForcedGenericPlan: no plan_cache_mode = force_generic_plan.
 	NoForcedGenericPlan Rule = "R8 no forced generic plan"
-	// NoModifyingCTE: no INSERT, UPDATE or DELETE inside a WITH.
-	NoModifyingCTE Rule = "R9 no modifying CTE"
+	// NoModifyingCTE: no INSERT inside a WITH, nor an UPDATE or DELETE
+	// there unless the statement is on its partitions' shard (R1): Citus
+	// runs those as subplans before the query, each on its own.
+	NoModifyingCTE Rule = "R9 no modifying CTE run as a subplan"
 	// NoNodeEffects: no pg_notify (nor queenside.wake) in a function or
 	// statement that touches distributed tables: it would act on the
 	// worker that runs it.
@@ -76,7 +78,8 @@ var (
 	writeTarget    = regexp.MustCompile(`\b(?:update|delete\s+from)\s+(?:only\s+)?queenside\.(` + strings.Join(Distributed, "|") + `)\b`)
 	volatileCall   = regexp.MustCompile(`\b(?:queenside\.cursor_head|clock_timestamp|random|gen_random_uuid|timeofday|nextval)\s*\(`)
 	lockClause     = regexp.MustCompile(`\bfor\s+(?:no\s+key\s+)?(?:update|share|key\s+share)\b`)
-	modifyingCTE   = regexp.MustCompile(`\bas\s+(?:not\s+)?(?:materialized\s+)?\(\s*(?:insert|update|delete)\b`)
+	insertingCTE   = regexp.MustCompile(`\bas\s+(?:not\s+)?(?:materialized\s+)?\(\s*insert\b`)
+	modifyingCTE   = regexp.MustCompile(`\bas\s+(?:not\s+)?(?:materialized\s+)?\(\s*(?:update|delete)\b`)
 	nodeEffect     = regexp.MustCompile(`\b(?:pg_notify|queenside\.wake)\s*\(`)
 	statementStart = regexp.MustCompile(`\b(select|insert|update|delete|with)\b`)
 	languageSQL    = regexp.MustCompile(`\blanguage\s+sql\b`)
@@ -129,7 +132,7 @@ func CheckStatements(place, sql string) []Violation {
 		if queryingFunctions.MatchString(s) {
 			add(NoNestedQuery)
 		}
-		if modifyingCTE.MatchString(s) {
+		if insertingCTE.MatchString(s) || modifyingCTE.MatchString(s) && !everyRelationRestricted(s) {
 			add(NoModifyingCTE)
 		}
 		if nodeEffect.MatchString(s) {

@@ -25,19 +25,27 @@ var cases = []struct {
 		`UPDATE queenside.cursors cu SET head_at = v_head WHERE cu.partition_id = p_partition`},
 	{NoStableOfColumn,
 		`UPDATE queenside.cursors c SET lease_expires_at = now() + make_interval(secs => q.lease_seconds)
-		   FROM queenside.queues q WHERE c.partition_id = $2`,
-		`UPDATE queenside.cursors c SET lease_expires_at = greatest(c.lease_expires_at, $4) WHERE c.partition_id = $2`},
+		   FROM queenside.queues q WHERE c.partition_id = p_partition`,
+		`UPDATE queenside.cursors c SET lease_expires_at = greatest(c.lease_expires_at, v_until) WHERE c.partition_id = p_partition`},
 	{NoMutableInCase,
-		`UPDATE queenside.cursors cu SET lease_expires_at = CASE WHEN v_done THEN NULL ELSE now() END WHERE cu.partition_id = p_partition`,
-		`UPDATE queenside.cursors cu SET lease_expires_at = CASE WHEN v_done THEN NULL ELSE v_now END WHERE cu.partition_id = p_partition`},
+		`UPDATE queenside.cursors cu SET lease_expires_at = CASE WHEN cu.committed > v_cursor THEN NULL ELSE now() END WHERE cu.partition_id = p_partition`,
+		`UPDATE queenside.cursors cu SET lease_expires_at = CASE WHEN cu.committed > v_cursor THEN NULL ELSE v_now END WHERE cu.partition_id = p_partition`},
 	{NoNestedQuery,
-		`SELECT p.id, queenside.first_offset_at(p.id, g.start_at) FROM queenside.partitions p, queenside.groups g WHERE p.id = $1`,
-		`SELECT p.id, (SELECT s.base_offset FROM queenside.segments s WHERE s.partition_id = $1 ORDER BY s.last_offset LIMIT 1)
-		   FROM queenside.partitions p WHERE p.id = $1`},
+		`SELECT p.id, queenside.first_offset_at(p.id, g.start_at) FROM queenside.partitions p, queenside.groups g WHERE p.id = p_partition`,
+		`SELECT p.id, (SELECT s.base_offset FROM queenside.segments s WHERE s.partition_id = p_partition ORDER BY s.last_offset LIMIT 1)
+		   FROM queenside.partitions p WHERE p.id = p_partition`},
 	{NoModifyingCTE,
-		`WITH moved AS (UPDATE queenside.partitions p SET next_offset = p.next_offset + 1 WHERE p.id = ANY (p_ids) RETURNING p.id)
+		`WITH added AS (INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at)
+		                VALUES (p_partition, 5, 5, v_now) RETURNING partition_id)
+		 SELECT count(*) FROM added`,
+		`INSERT INTO queenside.segments (partition_id, last_offset, base_offset, committed_at) VALUES (p_partition, 5, 5, v_now)`},
+	{NoModifyingCTE,
+		`WITH moved AS (UPDATE queenside.partitions p SET next_offset = p.next_offset + c.n
+		                  FROM unnest(p_ids, p_counts) c (id, n) WHERE p.id = c.id RETURNING p.id)
 		 SELECT array_agg(id) FROM moved`,
-		`SELECT array_agg(p.id) FROM queenside.partitions p WHERE p.id = ANY (p_ids)`},
+		// An UPDATE in a WITH is one task when it is on one shard.
+		`WITH moved AS (UPDATE queenside.partitions p SET next_offset = p.next_offset + 1 WHERE p.id = ANY (p_ids) RETURNING p.id)
+		 SELECT array_agg(id) FROM moved`},
 	{NoNodeEffects,
 		`SELECT pg_notify('queenside', q.name) FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id WHERE p.id = $1`,
 		`SELECT pg_notify('queenside', q.name) FROM queenside.queues q WHERE q.id = $1`},
@@ -54,24 +62,29 @@ func TestEachRuleFindsItsShapeAndPassesTheFix(t *testing.T) {
 	}
 }
 
-func TestFunctionRules(t *testing.T) {
-	generic := `CREATE OR REPLACE FUNCTION queenside.f(p_id bigint) RETURNS bigint LANGUAGE plpgsql
+// functionCases are functions that break a rule, each called by call; the
+// kept function keeps every rule and is called by keptCall.
+var functionCases = []struct {
+	rule      Rule
+	def, call string
+}{
+	{NoForcedGenericPlan, `CREATE OR REPLACE FUNCTION queenside.f_generic(p_id bigint) RETURNS bigint LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
-AS $function$ BEGIN RETURN (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_id); END $function$`
-	if !hasRule(CheckFunction("f", generic), NoForcedGenericPlan) {
-		t.Error("force_generic_plan in a function's settings not found")
-	}
-	sqlFunction := `CREATE OR REPLACE FUNCTION queenside.f(p_id bigint) RETURNS bigint LANGUAGE sql
-AS $function$ SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_id $function$`
-	if !hasRule(CheckFunction("f", sqlFunction), NoSQLFunction) {
-		t.Error("a LANGUAGE sql function on a distributed table not found")
-	}
-	waking := `CREATE OR REPLACE FUNCTION queenside.f(p_id bigint) RETURNS void LANGUAGE plpgsql
-AS $function$ BEGIN UPDATE queenside.partitions p SET next_offset = 0 WHERE p.id = p_id; PERFORM queenside.wake('q'); END $function$`
-	if !hasRule(CheckFunction("f", waking), NoNodeEffects) {
-		t.Error("a wake-up in a function on a distributed table not found")
-	}
-	kept := `CREATE OR REPLACE FUNCTION queenside.f(p_id bigint) RETURNS bigint LANGUAGE plpgsql
+AS $function$ BEGIN
+  RETURN (SELECT count(*) FROM queenside.cursors cu JOIN queenside.partitions p ON p.id = cu.partition_id
+           WHERE cu.partition_id = p_id AND p.id = p_id);
+END $function$`, `SELECT queenside.f_generic(1)`},
+	{NoSQLFunction, `CREATE OR REPLACE FUNCTION queenside.f_sql(p_id bigint) RETURNS bigint LANGUAGE sql
+AS $function$ SELECT count(*) FROM queenside.cursors cu JOIN queenside.partitions p ON p.id = cu.partition_id
+               WHERE cu.partition_id = p_id AND p.id = p_id $function$`, `SELECT queenside.f_sql(1)`},
+	{NoNodeEffects, `CREATE OR REPLACE FUNCTION queenside.f_wake(p_id bigint) RETURNS void LANGUAGE plpgsql
+AS $function$ BEGIN
+  UPDATE queenside.partitions p SET next_offset = 0 WHERE p.id = p_id;
+  PERFORM pg_notify('queenside', 'q');
+END $function$`, `SELECT queenside.f_wake(1)`},
+}
+
+const keptFunction = `CREATE OR REPLACE FUNCTION queenside.f_kept(p_id bigint) RETURNS bigint LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
 AS $function$
 DECLARE v_head timestamptz;
@@ -79,9 +92,19 @@ BEGIN
   -- an assignment may call what queries distributed tables: it is no statement on them
   v_head := queenside.cursor_head(p_id, 0);
   UPDATE queenside.cursors cu SET head_at = v_head WHERE cu.partition_id = p_id;
-  RETURN 1;
+  RETURN (SELECT count(*) FROM queenside.cursors cu JOIN queenside.partitions p ON p.id = cu.partition_id
+           WHERE cu.partition_id = p_id AND p.id = p_id);
 END $function$`
-	if vs := CheckFunction("f", kept); len(vs) > 0 {
+
+const keptCall = `SELECT queenside.f_kept(1)`
+
+func TestFunctionRules(t *testing.T) {
+	for _, c := range functionCases {
+		if !hasRule(CheckFunction("f", c.def), c.rule) {
+			t.Errorf("%s: not found in\n%s", c.rule, c.def)
+		}
+	}
+	if vs := CheckFunction("f", keptFunction); len(vs) > 0 {
 		t.Errorf("a function keeping the rules is refused: %v", vs)
 	}
 }

@@ -132,3 +132,24 @@ func parseMajor(s string) int {
 	}
 	return n
 }
+
+// LibraryDir is where extensions' shared libraries go for the server
+// binaries Start would use (pg_config --pkglibdir beside them, else the
+// lib directory next to their bin), so a test can tell whether an
+// extension such as Citus is installed before asking a server to load it.
+func LibraryDir() (string, error) {
+	b, err := findBinaries(0)
+	if err != nil {
+		return "", err
+	}
+	// pg_ctl on PATH may be a link into the installation (/usr/local/bin
+	// on some machines): the installation is where it leads.
+	dir := b.dir
+	if real, err := filepath.EvalSymlinks(b.pgCtl); err == nil {
+		dir = filepath.Dir(real)
+	}
+	if out, err := exec.Command(filepath.Join(dir, "pg_config"), "--pkglibdir").Output(); err == nil {
+		return strings.TrimSpace(string(out)), nil
+	}
+	return filepath.Join(filepath.Dir(dir), "lib"), nil
+}

@@ -185,6 +185,9 @@ func (s *Server) LogFile() string { return s.logFile }
 // SocketDir returns the directory holding the server's Unix socket.
 func (s *Server) SocketDir() string { return s.sockDir }
 
+// Port returns the port the server's socket is named by.
+func (s *Server) Port() int { return port }
+
 // Stop stops the server with pg_ctl's shutdown mode ("smart", "fast" or
 // "immediate") and waits for it to exit. Stopping a server that is not
 // running is not an error, so cleanup paths can call it unconditionally.
