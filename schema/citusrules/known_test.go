@@ -11,7 +11,6 @@ import (
 // takes on Citus. It only shrinks: a rule newly broken fails the test, and
 // so does an entry whose place keeps the rule now (take it out).
 var known = map[string]string{
-	"current.sql: ensure_partitions R9":   "names in partition_names (reference), then plain INSERTs",
 	"current.sql: ack R10":                "return a rewound flag; the sidecar notifies on the coordinator",
 	"current.sql: ack_call R1":            "= ANY (p_partitions) on cursors, partitions and segments",
 	"current.sql: ack_call R2":            "the pre-lock on one shard: every lease of a per-shard call is on it",

@@ -60,7 +60,7 @@ func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOpt
 // Queues lists every queue with its partition count and options.
 func (s *Store) Queues(ctx context.Context) ([]protocol.QueueInfo, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT q.name, (SELECT count(*) FROM queenside.partitions p WHERE p.queue_id = q.id), `+optionColumns+`
+		SELECT q.name, (SELECT count(*) FROM queenside.partition_names n WHERE n.queue_id = q.id), `+optionColumns+`
 		FROM queenside.queues q ORDER BY q.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)

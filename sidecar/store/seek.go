@@ -45,7 +45,7 @@ func (s *Store) seek(ctx context.Context, a protocol.SeekArgs) (protocol.SeekRes
 	var partition *int64
 	if a.Partition != nil {
 		var id int64
-		err := s.pool.QueryRow(ctx, "SELECT id FROM queenside.partitions WHERE queue_id = $1 AND name = $2",
+		err := s.pool.QueryRow(ctx, "SELECT id FROM queenside.partition_names WHERE queue_id = $1 AND name = $2",
 			ids.queue, *a.Partition).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return res, fmt.Errorf("%w: partition %q of %s", ErrPartitionNotFound, *a.Partition, a.Queue)
