@@ -12,11 +12,7 @@ import (
 // so does an entry whose place keeps the rule now (take it out).
 var known = map[string]string{
 	"current.sql: ack R10":                "return a rewound flag; the sidecar notifies on the coordinator",
-	"current.sql: ack_call R1":            "= ANY (p_partitions) on cursors, partitions and segments",
-	"current.sql: ack_call R2":            "the pre-lock on one shard: every lease of a per-shard call is on it",
-	"current.sql: ack_call R5":            "v_now := now() and v_now in the CASE",
 	"current.sql: ack_call R8":            "no force_generic_plan",
-	"current.sql: ack_call R9":            "one statement a step",
 	"current.sql: ensure_group R6":        "committed and head from a correlated segment look-up, no function call",
 	"current.sql: expire_segments R1":     "discovery (a multi-shard read) then expire_partition per partition",
 	"current.sql: expire_segments R6":     "the same split",
