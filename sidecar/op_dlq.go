@@ -84,7 +84,7 @@ func (s *Server) replayDeadLetter(ctx context.Context, id int64) protocol.DLQRep
 	o := outcomes[0]
 	r.Status, r.MessageID, r.TransactionID = protocol.StatusQueued, o.MessageID.String(), m.TransactionID
 	r.Offset, r.CommittedAt = &o.Offset, &o.CommittedAt
-	if err := s.store.MarkDeadLetterReplayed(ctx, id, o.MessageID, m.TransactionID, o.Offset, o.CommittedAt); err != nil {
+	if err := s.store.MarkDeadLetterReplayed(ctx, d, o.MessageID, m.TransactionID, o.Offset, o.CommittedAt); err != nil {
 		s.log.Warn("a dead letter was replayed but the replay could not be recorded on it", "id", id, "error", err)
 	}
 	return r

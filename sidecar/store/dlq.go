@@ -78,13 +78,14 @@ func scanDeadLetter(rows pgx.Rows) (protocol.DLQEntry, error) {
 
 // DeadLetter is what replaying an entry needs of it.
 type DeadLetter struct {
-	ID        int64
-	Queue     string
-	Partition string
-	MessageID uuid.UUID // the original's: a sealed payload is bound to it
-	Payload   []byte
-	TraceID   string
-	Headers   []byte
+	ID          int64
+	PartitionID int64 // with ID, the entry's key: a look-up on its shard alone
+	Queue       string
+	Partition   string
+	MessageID   uuid.UUID // the original's: a sealed payload is bound to it
+	Payload     []byte
+	TraceID     string
+	Headers     []byte
 }
 
 // ErrDeadLetterNotFound is returned for an entry id that does not exist.
@@ -94,8 +95,8 @@ var ErrDeadLetterNotFound = errors.New("store: dead letter not found")
 func (s *Store) DeadLetter(ctx context.Context, id int64) (DeadLetter, error) {
 	d := DeadLetter{ID: id}
 	var trace *string
-	err := s.pool.QueryRow(ctx, `SELECT queue_name, partition_name, message_id, payload, trace_id, headers
-		FROM queenside.dead_letters WHERE id = $1`, id).Scan(&d.Queue, &d.Partition, &d.MessageID, &d.Payload, &trace, &d.Headers)
+	err := s.pool.QueryRow(ctx, `SELECT partition_id, queue_name, partition_name, message_id, payload, trace_id, headers
+		FROM queenside.dead_letters WHERE id = $1`, id).Scan(&d.PartitionID, &d.Queue, &d.Partition, &d.MessageID, &d.Payload, &trace, &d.Headers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, fmt.Errorf("%w: %d", ErrDeadLetterNotFound, id)
 	}
@@ -105,13 +106,15 @@ func (s *Store) DeadLetter(ctx context.Context, id int64) (DeadLetter, error) {
 	return d, err
 }
 
-// MarkDeadLetterReplayed records as what an entry was last replayed.
-func (s *Store) MarkDeadLetterReplayed(ctx context.Context, id int64, mid uuid.UUID, txid string, offset int64, at time.Time) error {
+// MarkDeadLetterReplayed records as what an entry, read by DeadLetter,
+// was last replayed.
+func (s *Store) MarkDeadLetterReplayed(ctx context.Context, d DeadLetter, mid uuid.UUID, txid string, offset int64, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `UPDATE queenside.dead_letters
-		SET replayed_at = $2, replay_message_id = $3, replay_transaction_id = $4, replay_offset = $5 WHERE id = $1`,
-		id, at, mid, txid, offset)
+		SET replayed_at = $3, replay_message_id = $4, replay_transaction_id = $5, replay_offset = $6
+		WHERE partition_id = $1 AND id = $2`,
+		d.PartitionID, d.ID, at, mid, txid, offset)
 	if err != nil {
-		return fmt.Errorf("dlq %d: record the replay: %w", id, err)
+		return fmt.Errorf("dlq %d: record the replay: %w", d.ID, err)
 	}
 	return nil
 }
