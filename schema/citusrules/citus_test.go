@@ -62,7 +62,6 @@ var literals = map[string]string{
 	"v_done":      "false",
 	"v_head":      "'2026-01-01 00:00:00+00'::timestamptz",
 	"v_now":       "'2026-01-01 00:00:00+00'::timestamptz",
-	"v_until":     "'2026-01-01 00:00:00+00'::timestamptz",
 }
 
 var variable = regexp.MustCompile(`\b[pv]_[a-z]+\b`)
@@ -86,7 +85,7 @@ var onCitus = map[Rule]string{
 	LockOneShard:        "could not run distributed query with FOR UPDATE/SHARE commands",
 	NoVolatileInWrite:   "functions used in UPDATE queries on distributed tables must not be VOLATILE",
 	NoStableOfColumn:    "STABLE functions used in UPDATE queries cannot be called with column references",
-	NoMutableInCase:     "non-IMMUTABLE functions are not allowed in CASE or COALESCE statements",
+	NoMutableInCase:     "non-IMMUTABLE functions are not allowed in", // in CASE or COALESCE statements, in the RETURNING clause
 	NoNestedQuery:       "cannot execute a distributed query from a query on a shard",
 	NoModifyingCTE:      "subplan",
 	NoNodeEffects:       "", // not an error: checked on a cluster by the wake-up tests

@@ -42,9 +42,9 @@ const (
 	// DELETE of a distributed table, as now() + an interval made from a
 	// column is (timestamptz + interval is stable).
 	NoStableOfColumn Rule = "R4 no stable function of a column in a write"
-	// NoMutableInCase: no now() inside CASE or COALESCE in an UPDATE or
-	// DELETE of a distributed table.
-	NoMutableInCase Rule = "R5 no now() in CASE or COALESCE of a write"
+	// NoMutableInCase: no now() inside CASE or COALESCE, nor in RETURNING,
+	// in an UPDATE or DELETE of a distributed table.
+	NoMutableInCase Rule = "R5 no now() in CASE, COALESCE or RETURNING of a write"
 	// NoNestedQuery: a function that queries distributed tables is not
 	// called inside a statement on a distributed table.
 	NoNestedQuery Rule = "R6 no nested distributed query"
@@ -142,7 +142,7 @@ func CheckStatements(place, sql string) []Violation {
 			if volatileCall.MatchString(s) {
 				add(NoVolatileInWrite)
 			}
-			if nowInCaseOrCoalesce(s) {
+			if nowInCaseOrCoalesce(s) || nowReturned(s) {
 				add(NoMutableInCase)
 			}
 			if nowPlusColumn(s) {
@@ -211,11 +211,64 @@ func nowPlusColumn(s string) bool {
 		} else if i := strings.IndexAny(rest, " ,)"); i >= 0 {
 			operand = rest[:i]
 		}
-		if columnRef.MatchString(operand) {
+		// A column read by a subquery is no column reference of the
+		// statement's: Citus plans the subquery on its own.
+		if columnRef.MatchString(withoutSubqueries(operand)) {
 			return true
 		}
 	}
 	return false
+}
+
+var returning = regexp.MustCompile(`\breturning\b`)
+
+// nowReturned finds now() in a RETURNING clause: from the word to the end
+// of the statement or of the parentheses it is in (a WITH's).
+func nowReturned(s string) bool {
+	for _, loc := range returning.FindAllStringIndex(s, -1) {
+		clause := s[loc[1]:]
+		depth := 0
+		for i, c := range clause {
+			if c == '(' {
+				depth++
+			} else if c == ')' {
+				if depth == 0 {
+					clause = clause[:i]
+					break
+				}
+				depth--
+			}
+		}
+		if strings.Contains(clause, "now()") || strings.Contains(clause, "current_timestamp") {
+			return true
+		}
+	}
+	return false
+}
+
+var subqueryStart = regexp.MustCompile(`\(\s*select\b`)
+
+// withoutSubqueries drops each parenthesised SELECT of s.
+func withoutSubqueries(s string) string {
+	for {
+		loc := subqueryStart.FindStringIndex(s)
+		if loc == nil {
+			return s
+		}
+		depth, end := 0, len(s)
+		for i := loc[0]; i < len(s); i++ {
+			if s[i] == '(' {
+				depth++
+			} else if s[i] == ')' {
+				depth--
+				if depth == 0 {
+					end = i + 1
+					break
+				}
+			}
+		}
+		s = s[:loc[0]] + s[end:]
+	}
 }
 
 // nowInCaseOrCoalesce finds now() inside a CASE … END or a COALESCE(…).

@@ -26,10 +26,17 @@ var cases = []struct {
 	{NoStableOfColumn,
 		`UPDATE queenside.cursors c SET lease_expires_at = now() + make_interval(secs => q.lease_seconds)
 		   FROM queenside.queues q WHERE c.partition_id = p_partition`,
-		`UPDATE queenside.cursors c SET lease_expires_at = greatest(c.lease_expires_at, v_until) WHERE c.partition_id = p_partition`},
+		// The interval read by a subquery: no column of the statement's.
+		`UPDATE queenside.cursors c
+		    SET lease_expires_at = greatest(c.lease_expires_at,
+		                                    now() + make_interval(secs => (SELECT q.lease_seconds FROM queenside.queues q WHERE q.id = 1)))
+		  WHERE c.partition_id = p_partition`},
 	{NoMutableInCase,
 		`UPDATE queenside.cursors cu SET lease_expires_at = CASE WHEN cu.committed > v_cursor THEN NULL ELSE now() END WHERE cu.partition_id = p_partition`,
 		`UPDATE queenside.cursors cu SET lease_expires_at = CASE WHEN cu.committed > v_cursor THEN NULL ELSE v_now END WHERE cu.partition_id = p_partition`},
+	{NoMutableInCase,
+		`UPDATE queenside.cursors cu SET head_at = v_head WHERE cu.partition_id = p_partition RETURNING cu.lease_expires_at - now()`,
+		`UPDATE queenside.cursors cu SET head_at = v_head WHERE cu.partition_id = p_partition RETURNING cu.lease_expires_at`},
 	{NoNestedQuery,
 		`SELECT p.id, queenside.first_offset_at(p.id, g.start_at) FROM queenside.partitions p, queenside.groups g WHERE p.id = p_partition`,
 		`SELECT p.id, (SELECT s.base_offset FROM queenside.segments s WHERE s.partition_id = p_partition ORDER BY s.last_offset LIMIT 1)

@@ -41,7 +41,6 @@ var known = map[string]string{
 	"current.sql: seek R10":               "the sidecar notifies",
 	"dashboard.go R6":                     "the first offset by a correlated segment look-up",
 	"grouplist.go R6":                     "the first offset by a correlated segment look-up",
-	"lease.go R4":                         "renew as a function: the expiry computed into a variable",
 	"queues.go R6":                        "the first offset by a correlated segment look-up",
 }
 

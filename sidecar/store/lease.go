@@ -19,13 +19,15 @@ func (s *Store) Renew(ctx context.Context, leaseIDs []string, seconds int) ([]pr
 	if seconds > 0 {
 		secs = &seconds
 	}
+	// The queue's lease time is read by a subquery, not joined: a stable
+	// expression (now() + an interval) of a joined column is refused by
+	// Citus in an UPDATE (SCALING.md, section 4, R4).
 	return s.eachLease(ctx, leaseIDs, true, `
 		UPDATE queenside.cursors c
-		   SET lease_expires_at = greatest(c.lease_expires_at,
-		                                   now() + make_interval(secs => coalesce($4, q.lease_seconds)))
-		  FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
-		 WHERE g.id = c.group_id
-		   AND c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
+		   SET lease_expires_at = greatest(c.lease_expires_at, now() + make_interval(secs => coalesce($4,
+		           (SELECT q.lease_seconds FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
+		             WHERE g.id = $1))))
+		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
 		RETURNING c.lease_expires_at`, secs)
 }
 
