@@ -83,6 +83,7 @@ var (
 	nodeEffect     = regexp.MustCompile(`\b(?:pg_notify|queenside\.wake)\s*\(`)
 	statementStart = regexp.MustCompile(`\b(select|insert|update|delete|with)\b`)
 	languageSQL    = regexp.MustCompile(`\blanguage\s+sql\b`)
+	loopKeyword    = regexp.MustCompile(`\bloop\b`)
 	aliasKeywords  = map[string]bool{"where": true, "join": true, "on": true, "set": true, "using": true, "left": true,
 		"inner": true, "cross": true, "order": true, "group": true, "limit": true, "for": true, "returning": true,
 		"values": true, "select": true, "default": true, "natural": true, "full": true, "right": true, "union": true}
@@ -121,8 +122,13 @@ func CheckFunction(name, def string) []Violation {
 // or a query the store sends).
 func CheckStatements(place, sql string) []Violation {
 	var out []Violation
+	var pieces []string
 	for _, stmt := range statements(sql) {
-		s := normalise(stmt)
+		// A FOR … LOOP's query and the first statement of its body have
+		// no semicolon between them; LOOP is no word of SQL's.
+		pieces = append(pieces, loopKeyword.Split(normalise(stmt), -1)...)
+	}
+	for _, s := range pieces {
 		loc := statementStart.FindStringIndex(s)
 		if loc == nil || !distributedRef.MatchString(s) {
 			continue

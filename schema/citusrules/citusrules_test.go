@@ -94,10 +94,13 @@ END $function$`, `SELECT queenside.f_wake(1)`},
 const keptFunction = `CREATE OR REPLACE FUNCTION queenside.f_kept(p_id bigint) RETURNS bigint LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
 AS $function$
-DECLARE v_head timestamptz;
+DECLARE v_head timestamptz; v_id bigint;
 BEGIN
   -- an assignment may call what queries distributed tables: it is no statement on them
   v_head := queenside.cursor_head(p_id, 0);
+  FOR v_id IN SELECT p.id FROM queenside.partitions p WHERE p.id = p_id LOOP
+    v_head := queenside.cursor_head(v_id, 0);
+  END LOOP;
   UPDATE queenside.cursors cu SET head_at = v_head WHERE cu.partition_id = p_id;
   RETURN (SELECT count(*) FROM queenside.cursors cu JOIN queenside.partitions p ON p.id = cu.partition_id
            WHERE cu.partition_id = p_id AND p.id = p_id);

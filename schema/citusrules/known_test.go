@@ -13,7 +13,6 @@ import (
 var known = map[string]string{
 	"current.sql: ack R10":                "return a rewound flag; the sidecar notifies on the coordinator",
 	"current.sql: ack_call R8":            "no force_generic_plan",
-	"current.sql: ensure_group R6":        "committed and head from a correlated segment look-up, no function call",
 	"current.sql: expire_segments R1":     "discovery (a multi-shard read) then expire_partition per partition",
 	"current.sql: expire_segments R6":     "the same split",
 	"current.sql: expire_segments R9":     "the same split",
