@@ -81,7 +81,7 @@ var (
 	insertingCTE   = regexp.MustCompile(`\bas\s+(?:not\s+)?(?:materialized\s+)?\(\s*insert\b`)
 	modifyingCTE   = regexp.MustCompile(`\bas\s+(?:not\s+)?(?:materialized\s+)?\(\s*(?:update|delete)\b`)
 	nodeEffect     = regexp.MustCompile(`\b(?:pg_notify|queenside\.wake)\s*\(`)
-	statementStart = regexp.MustCompile(`\b(select|insert|update|delete|with)\b`)
+	statementStart = regexp.MustCompile(`\b(select|insert|update|delete|with|perform)\b`)
 	languageSQL    = regexp.MustCompile(`\blanguage\s+sql\b`)
 	loopKeyword    = regexp.MustCompile(`\bloop\b`)
 	aliasKeywords  = map[string]bool{"where": true, "join": true, "on": true, "set": true, "using": true, "left": true,
