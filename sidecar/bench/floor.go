@@ -60,7 +60,7 @@ ALTER TABLE %[1]s.storage ALTER COLUMN payloads SET STORAGE EXTERNAL`
 // on each.
 const floorRows = `
 WITH made AS (
-    INSERT INTO %[1]s.partitions (queue_id, name) SELECT 0, 'p' || g FROM generate_series(1, $1::integer) g
+    INSERT INTO %[1]s.partitions (id, queue_id, name) SELECT g, 0, 'p' || g FROM generate_series(1, $1::integer) g
     RETURNING id)
 INSERT INTO %[1]s.cursors (group_id, partition_id, committed, head_at) SELECT 0, id, 0, now() FROM made`
 
