@@ -1495,17 +1495,18 @@ BEGIN
            AND cu.partition_id = b.id AND cu.head_at IS NULL AND cu.committed IS NOT NULL;
         -- The messages stored already, with their originals: hashes that
         -- still name an offset below their partition's base.
-        SELECT array_agg(u.o ORDER BY u.o), array_agg(d.msg_offset ORDER BY u.o),
-               array_agg(d.message_id ORDER BY u.o), array_agg(d.committed_at ORDER BY u.o)
+        -- A join, not a LIMIT 1 lateral look-up, which Citus cannot plan
+        -- beside a table function; one row a message all the same.
+        SELECT array_agg(x.o ORDER BY x.o), array_agg(x.msg_offset ORDER BY x.o),
+               array_agg(x.message_id ORDER BY x.o), array_agg(x.committed_at ORDER BY x.o)
           INTO dup_positions, dup_offsets, dup_message_ids, dup_committed_at
-          FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (s, h, l, o)
-         CROSS JOIN LATERAL (
-               SELECT d.msg_offset, d.message_id, d.committed_at FROM queenside.dedup d
-                WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, p_ids[u.s]) AND
-                      d.partition_id = p_ids[u.s] AND d.hash = u.h AND d.msg_offset < bases[u.s]
-                  AND d.partition_id = ANY (p_ids)
-                LIMIT 1) d
-         WHERE coalesce(u.l, u.o) = u.o;
+          FROM (SELECT DISTINCT ON (u.o) u.o, d.msg_offset, d.message_id, d.committed_at
+                  FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}')) WITH ORDINALITY AS u (s, h, l, o)
+                  JOIN queenside.dedup d
+                    ON uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, p_ids[u.s]) AND
+                       d.partition_id = p_ids[u.s] AND d.hash = u.h AND d.msg_offset < bases[u.s]
+                 WHERE d.partition_id = ANY (p_ids) AND coalesce(u.l, u.o) = u.o
+                 ORDER BY u.o, d.msg_offset) x;
     END IF;
 
     -- Wake the pops waiting on these queues, on every sidecar. Delivered
@@ -1520,6 +1521,11 @@ CREATE OR REPLACE FUNCTION queenside.push_general(p_at timestamp with time zone,
  LANGUAGE plpgsql
 AS $function$
 DECLARE
+    v_pids    bigint[];
+    v_windows integer[];
+    v_dedup   boolean[];     -- by slot (p_ids' order): the queue deduplicates
+    v_cutoff  timestamptz[]; -- and its window starts then
+    v_held    bigint[];      -- the messages whose hash a stored message inside the window holds
     f_pid     bigint[];
     f_off     bigint[];
     f_h       uuid[];
@@ -1529,6 +1535,24 @@ DECLARE
     f_trace   text[];
     f_hdr     bytea[];
 BEGIN
+    -- Each step reads one kind of row by its partitions, and what is
+    -- worked out from them is worked out from arrays: on Citus a query
+    -- correlating a distributed table with the call's input cannot be
+    -- planned (SCALING.md, section 4).
+    SELECT array_agg(p.id), array_agg(q.dedup_window_seconds) INTO v_pids, v_windows
+      FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
+     WHERE p.id = ANY (p_ids);
+    v_dedup := ARRAY(SELECT v_windows[array_position(v_pids, u.id)] > 0
+                       FROM unnest(p_ids) WITH ORDINALITY AS u (id, o) ORDER BY u.o);
+    v_cutoff := ARRAY(SELECT p_at - make_interval(secs => v_windows[array_position(v_pids, u.id)])
+                        FROM unnest(p_ids) WITH ORDINALITY AS u (id, o) ORDER BY u.o);
+    SELECT array_agg(u.o) INTO v_held
+      FROM unnest(p_slots, p_hashes) WITH ORDINALITY AS u (s, h, o)
+      JOIN queenside.dedup d ON uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, p_ids[u.s])
+                            AND d.hash = u.h AND d.partition_id = p_ids[u.s]
+     WHERE d.partition_id = ANY (p_ids) AND v_dedup[u.s]
+       AND d.msg_offset < p_bases[u.s] AND d.committed_at > v_cutoff[u.s];
+
     -- The messages to store, with their offsets: every one in a queue that
     -- does not deduplicate; elsewhere the first of each hash in the call
     -- (its leader) whose hash no message inside the window holds.
@@ -1537,24 +1561,13 @@ BEGIN
            array_agg(f.txid ORDER BY f.pid, f.off), array_agg(f.payload ORDER BY f.pid, f.off),
            array_agg(f.trace ORDER BY f.pid, f.off), array_agg(f.hdr ORDER BY f.pid, f.off)
       INTO f_pid, f_off, f_h, f_m, f_txid, f_payload, f_trace, f_hdr
-      FROM (SELECT u.pid, u.h, u.m, u.txid, u.payload, u.trace, u.hdr,
-                   pt.base + row_number() OVER (PARTITION BY u.pid ORDER BY u.o) - 1 AS off
-              FROM (SELECT p_ids[x.s] AS pid, x.*
-                      FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}'), p_message_ids, p_transaction_ids,
-                                  p_payloads, p_trace_ids, p_headers)
-                           WITH ORDINALITY AS x (s, h, l, m, txid, payload, trace, hdr, o)) u
-              JOIN (SELECT b.id, b.base, q.dedup_window_seconds > 0 AS dedup,
-                           p_at - make_interval(secs => q.dedup_window_seconds) AS cutoff
-                      FROM unnest(p_ids, p_bases) AS b (id, base)
-                      JOIN queenside.partitions p ON p.id = b.id
-                      JOIN queenside.queues q ON q.id = p.queue_id
-                     WHERE p.id = ANY (p_ids)) pt ON pt.id = u.pid
-             WHERE NOT pt.dedup
-                OR (coalesce(u.l, u.o) = u.o
-                    AND NOT EXISTS (SELECT 1 FROM queenside.dedup d
-                                     WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, u.pid) AND
-                                       d.partition_id = u.pid AND d.hash = u.h AND d.partition_id = ANY (p_ids)
-                                       AND d.msg_offset < pt.base AND d.committed_at > pt.cutoff))) f;
+      FROM (SELECT p_ids[x.s] AS pid, x.h, x.m, x.txid, x.payload, x.trace, x.hdr,
+                   p_bases[x.s] + row_number() OVER (PARTITION BY x.s ORDER BY x.o) - 1 AS off
+              FROM unnest(p_slots, p_hashes, coalesce(p_leaders, '{}'), p_message_ids, p_transaction_ids,
+                          p_payloads, p_trace_ids, p_headers)
+                   WITH ORDINALITY AS x (s, h, l, m, txid, payload, trace, hdr, o)
+             WHERE NOT v_dedup[x.s]
+                OR (coalesce(x.l, x.o) = x.o AND NOT (x.o = ANY (coalesce(v_held, '{}'))))) f;
     IF f_pid IS NULL THEN
         RETURN;
     END IF;

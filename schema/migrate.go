@@ -151,6 +151,17 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 		}
 		done = append(done, m.Version)
 	}
+	// On a distributed schema, what the migrations created or replaced is
+	// laid out and set for Citus as the rest is.
+	if len(done) > 0 {
+		if distributed, err := isDistributed(ctx, conn); err != nil {
+			return done, err
+		} else if distributed {
+			if err := Distribute(ctx, conn, 0); err != nil {
+				return done, fmt.Errorf("migrate: %w", err)
+			}
+		}
+	}
 	return done, nil
 }
 

@@ -1,0 +1,122 @@
+package schema
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Where each table goes on Citus (SCALING.md, "Where each table goes"):
+// the tables every node reads whole, the ones spread over shards by
+// partition id (co-located with partitions), and, left as they are, the
+// coordinator's own (maintenance, schema_migrations).
+var (
+	citusReference   = []string{"queues", "groups", "partition_names"}
+	citusDistributed = []string{"partitions", "segments", "dedup", "dedup_marks", "cursors", "dead_letters", "orphan_hashes"}
+)
+
+// DefaultShardCount is the number of shards a distributed queenside takes
+// unless told otherwise: a few per worker keeps the calls a push or a pop
+// splits into few, and Citus can split shards later.
+const DefaultShardCount = 8
+
+// isDistributed tells whether the schema has been distributed over Citus.
+func isDistributed(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var distributed bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')
+		AND EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		             WHERE n.nspname = $1 AND c.relname = 'partitions')`, Name).Scan(&distributed)
+	if err != nil || !distributed {
+		return false, err
+	}
+	// pg_dist_partition exists only with the extension: asked apart.
+	err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = $1::regclass AND partmethod = 'h')",
+		Name+".partitions").Scan(&distributed)
+	return distributed, err
+}
+
+// ErrNoCitus means Distribute was asked of a database without Citus.
+var ErrNoCitus = errors.New("schema: the citus extension is not installed in this database")
+
+// Distribute lays the migrated schema out over a Citus cluster from its
+// coordinator: the reference tables first, which the distributed ones
+// refer to, then partitions by id over shardCount shards and the rest
+// co-located with it. Each step is its own transaction and one already
+// done is skipped, so a run cut short is finished by running it again.
+// Rows already there move to the shards with their table. The functions
+// lose plan_cache_mode = force_generic_plan, which Citus cannot run
+// (SCALING.md, section 4, R8); their other planner settings stay.
+func Distribute(ctx context.Context, conn *pgx.Conn, shardCount int) error {
+	if shardCount <= 0 {
+		shardCount = DefaultShardCount
+	}
+	var citus bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").Scan(&citus); err != nil {
+		return fmt.Errorf("distribute: %w", err)
+	}
+	if !citus {
+		return ErrNoCitus
+	}
+	// A table is done when it is what it is to be: Citus itself makes a
+	// table with a foreign key to a reference table a local table in its
+	// metadata (method n, replication s), which is not done yet.
+	done := func(table string) (bool, error) {
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = $1::regclass
+			AND (partmethod = 'h' OR partmethod = 'n' AND repmodel = 't')`, Name+"."+table).Scan(&n)
+		return n > 0, err
+	}
+	step := func(table, sql string, args ...any) error {
+		if ok, err := done(table); err != nil || ok {
+			return err
+		}
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("distribute %s: %w%s", table, err, detail(err))
+		}
+		return nil
+	}
+	for _, t := range citusReference {
+		if err := step(t, "SELECT create_reference_table($1::regclass)", Name+"."+t); err != nil {
+			return err
+		}
+	}
+	colocate := Name + "." + citusDistributed[0]
+	if err := step(citusDistributed[0], "SELECT create_distributed_table($1::regclass, 'id', shard_count := $2)",
+		colocate, shardCount); err != nil {
+		return err
+	}
+	for _, t := range citusDistributed[1:] {
+		if err := step(t, "SELECT create_distributed_table($1::regclass, 'partition_id', colocate_with := $2)",
+			Name+"."+t, colocate); err != nil {
+			return err
+		}
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT p.oid::regprocedure::text FROM pg_proc p
+		 WHERE p.pronamespace = $1::regnamespace AND 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig)`, Name)
+	if err != nil {
+		return fmt.Errorf("distribute: functions: %w", err)
+	}
+	generic, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("distribute: functions: %w", err)
+	}
+	for _, f := range generic {
+		if _, err := conn.Exec(ctx, "ALTER FUNCTION "+f+" RESET plan_cache_mode"); err != nil {
+			return fmt.Errorf("distribute: %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// detail gives a server error's detail and hint, where Citus says why.
+func detail(err error) string {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Detail+pgErr.Hint == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (%s %s)", pgErr.Detail, pgErr.Hint)
+}

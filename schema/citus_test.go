@@ -1,0 +1,151 @@
+package schema_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/queenside/queenside/schema"
+	"github.com/queenside/queenside/sidecar/citustest"
+	"github.com/queenside/queenside/sidecar/store"
+)
+
+// where gives the place in a function a server error comes from.
+func where(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return "\n" + pgErr.Where
+	}
+	return ""
+}
+
+func TestDistributeRefusesPlainPostgreSQL(t *testing.T) {
+	ctx := context.Background()
+	conn := connect(t, emptyDatabase(t))
+	if err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Distribute(ctx, conn, 0); !errors.Is(err, schema.ErrNoCitus) {
+		t.Fatalf("Distribute on plain PostgreSQL: %v, want ErrNoCitus", err)
+	}
+}
+
+// On a coordinator with two workers, the migrated schema distributes
+// itself as SCALING.md lays it out, a second run changes nothing, and
+// pushes over partitions on every shard get gapless offsets and exact
+// deduplication.
+func TestDistributeOnCitus(t *testing.T) {
+	cluster := citustest.Start(t, 2)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, cluster.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := schema.Distribute(ctx, conn, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var generic []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(p.proname::text), '{}') FROM pg_proc p
+		WHERE p.pronamespace = 'queenside'::regnamespace AND 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig)`).Scan(&generic); err != nil {
+		t.Fatal(err)
+	}
+	if len(generic) > 0 {
+		t.Errorf("functions still forcing generic plans on Citus: %v", generic)
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT c.relname, coalesce(p.partmethod::text || p.repmodel::text, ''),
+		       coalesce(p.colocationid, 0) = (SELECT colocationid FROM pg_dist_partition
+		                                                                     WHERE logicalrelid = 'queenside.partitions'::regclass)
+		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		  LEFT JOIN pg_dist_partition p ON p.logicalrelid = c.oid
+		 WHERE n.nspname = 'queenside' AND c.relkind = 'r' ORDER BY c.relname`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var table, method string
+		var colocated bool
+		if err := rows.Scan(&table, &method, &colocated); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case method == "hs" && colocated:
+			got[table] = "distributed"
+		case method == "nt":
+			got[table] = "reference"
+		case method == "":
+			got[table] = "local"
+		default:
+			got[table] = "method " + method
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"queues": "reference", "groups": "reference", "partition_names": "reference",
+		"partitions": "distributed", "segments": "distributed", "dedup": "distributed", "dedup_marks": "distributed",
+		"cursors": "distributed", "dead_letters": "distributed", "orphan_hashes": "distributed",
+		"maintenance": "local", "schema_migrations": "local",
+	}
+	for table, w := range want {
+		if got[table] != w {
+			t.Errorf("%s is %q on Citus, want %s", table, got[table], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("tables on Citus: %v, want %v", got, want)
+	}
+
+	st, err := store.Open(ctx, cluster.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const partitions, rounds = 16, 3
+	var msgs []store.Message
+	for r := range rounds {
+		for p := range partitions {
+			msgs = append(msgs, store.Message{Queue: "c", Partition: fmt.Sprintf("p%d", p), Payload: []byte{0xa1, 'x'},
+				TransactionID: fmt.Sprintf("t%d-%d", p, r), MessageID: uuid.New()})
+		}
+	}
+	out, err := st.Push(ctx, msgs)
+	if err != nil {
+		t.Fatal(err, where(err))
+	}
+	for i, o := range out {
+		if o.Duplicate || o.Offset != int64(i/partitions) {
+			t.Fatalf("push %d (%s): %+v, want offset %d, new", i, msgs[i].Partition, o, i/partitions)
+		}
+	}
+	again, err := st.Push(ctx, msgs[:partitions])
+	if err != nil {
+		t.Fatal(err, where(err))
+	}
+	for i, o := range again {
+		if !o.Duplicate || o.Offset != 0 || o.MessageID != msgs[i].MessageID {
+			t.Fatalf("push of %s again: %+v, want the original at offset 0", msgs[i].Partition, o)
+		}
+	}
+	var shards int
+	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT get_shard_id_for_distribution_column('queenside.partitions', id))
+		FROM queenside.partition_names`).Scan(&shards); err != nil {
+		t.Fatal(err)
+	}
+	if shards != 4 {
+		t.Errorf("the %d partitions are on %d shards, want all 4", partitions, shards)
+	}
+}
