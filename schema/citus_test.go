@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/schema"
 	"github.com/queenside/queenside/sidecar/citustest"
 	"github.com/queenside/queenside/sidecar/store"
@@ -138,6 +139,21 @@ func TestDistributeOnCitus(t *testing.T) {
 	for i, o := range again {
 		if !o.Duplicate || o.Offset != 0 || o.MessageID != msgs[i].MessageID {
 			t.Fatalf("push of %s again: %+v, want the original at offset 0", msgs[i].Partition, o)
+		}
+	}
+	// A pop of a named partition leases its messages in order, and an ack
+	// moves the group past them: the next pop starts after.
+	for want := int64(0); want < rounds; want++ {
+		r, err := st.Pop(ctx, store.PopRequest{Queue: "c", Partition: "p5", Group: "g", Batch: 1, Partitions: 1}, 1<<20)
+		if err != nil {
+			t.Fatal(err, where(err))
+		}
+		if len(r.Messages) != 1 || r.Messages[0].Offset != want {
+			t.Fatalf("pop %d of p5: %+v, want the message at offset %d", want, r.Messages, want)
+		}
+		ack, err := st.Ack(ctx, []protocol.AckItem{{LeaseID: r.Messages[0].LeaseID, Offset: &r.Messages[0].Offset}})
+		if err != nil || !ack.Results[0].Success {
+			t.Fatalf("ack of offset %d: %+v %v", want, ack, where(err))
 		}
 	}
 	var shards int

@@ -62,9 +62,10 @@ var literals = map[string]string{
 	"v_done":      "false",
 	"v_head":      "'2026-01-01 00:00:00+00'::timestamptz",
 	"v_now":       "'2026-01-01 00:00:00+00'::timestamptz",
+	"r.pid":       "1::bigint",
 }
 
-var variable = regexp.MustCompile(`\b[pv]_[a-z]+\b`)
+var variable = regexp.MustCompile(`\b[pv]_[a-z]+\b|\br\.pid\b`)
 
 func withLiterals(t *testing.T, stmt string) string {
 	return variable.ReplaceAllStringFunc(stmt, func(v string) string {

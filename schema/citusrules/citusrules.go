@@ -171,6 +171,7 @@ func CheckStatements(place, sql string) []Violation {
 // them (= ANY). A join to another relation's column, unnest's included,
 // prunes nothing.
 func everyRelationRestricted(s string) bool {
+	aliases := relationAliases(s)
 	for _, m := range distributedRef.FindAllStringSubmatch(s, -1) {
 		table, alias := m[1], m[2]
 		qualifier := alias + `\.`
@@ -181,12 +182,44 @@ func everyRelationRestricted(s string) bool {
 		if table == "partitions" {
 			column = "id"
 		}
-		restriction := regexp.MustCompile(`(?:^|[^a-z0-9_.])` + qualifier + column + `\s*=\s*(?:any\s*\(\s*)?(?:\$\d+|[a-z_][a-z0-9_]*)\s*(?:$|[^a-z0-9_.\[(])`)
-		if !restriction.MatchString(s) {
+		restriction := regexp.MustCompile(`(?:^|[^a-z0-9_.])` + qualifier + column +
+			`\s*=\s*(?:any\s*\(\s*)?(\$\d+|[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)\s*(?:$|[^a-z0-9_.\[(])`)
+		restricted := false
+		for _, r := range restriction.FindAllStringSubmatch(s, -1) {
+			// A qualified value is a PL/pgSQL record's field (a value
+			// the statement is given) unless it names one of the
+			// statement's relations, whose column prunes nothing.
+			q, _, qualified := strings.Cut(r[1], ".")
+			if !qualified || !aliases[q] {
+				restricted = true
+				break
+			}
+		}
+		if !restricted {
 			return false
 		}
 	}
 	return true
+}
+
+var aliasAfterRelation = regexp.MustCompile(
+	`(?:\bfrom|\bjoin|\bupdate|\busing|,)\s+(?:only\s+|lateral\s+)?[a-z_][a-z0-9_.]*(?:\s*\([^()]*\))?(?:\s+with\s+ordinality)?\s+(?:as\s+)?([a-z_][a-z0-9_]*)|\)\s+(?:as\s+)?([a-z_][a-z0-9_]*)\s*(?:\(|\bon\b|,|\bwhere\b|\bjoin\b|$)|\b([a-z_][a-z0-9_]*)\s+as\s+(?:not\s+)?(?:materialized\s+)?\(`)
+
+// relationAliases gives the names the statement's relations go by: their
+// aliases, those of its subqueries and table functions, and its CTEs.
+func relationAliases(s string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range aliasAfterRelation.FindAllStringSubmatch(s, -1) {
+		for _, a := range m[1:] {
+			if a != "" && !aliasKeywords[a] {
+				out[a] = true
+			}
+		}
+	}
+	for _, m := range distributedRef.FindAllStringSubmatch(s, -1) {
+		out[m[1]] = true
+	}
+	return out
 }
 
 var (

@@ -14,6 +14,13 @@ var cases = []struct {
 	{WritePruned,
 		`UPDATE queenside.partitions p SET next_offset = p.next_offset + c.n FROM unnest(p_ids, p_counts) c (id, n) WHERE p.id = c.id`,
 		`UPDATE queenside.partitions p SET next_offset = p.next_offset + 1 WHERE p.id = ANY (p_ids)`},
+	{WritePruned,
+		// A join to another relation's partition id prunes nothing (an
+		// = ANY is not carried over to the relation joined); a record's
+		// field (a PL/pgSQL variable) does.
+		`UPDATE queenside.cursors cu SET head_at = v_head FROM queenside.partitions p
+		  WHERE cu.partition_id = p.id AND p.id = ANY (p_pids)`,
+		`UPDATE queenside.cursors cu SET head_at = v_head WHERE cu.partition_id = r.pid`},
 	{LockOneShard,
 		`SELECT cu.partition_id FROM queenside.cursors cu JOIN queenside.partitions p ON p.id = cu.partition_id
 		  WHERE cu.group_id = p_group ORDER BY cu.head_at LIMIT 10 FOR UPDATE OF cu SKIP LOCKED`,
