@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queenside/queenside/protocol"
@@ -43,11 +42,7 @@ func TestDistributeRefusesPlainPostgreSQL(t *testing.T) {
 func TestDistributeOnCitus(t *testing.T) {
 	cluster := citustest.Start(t, 2)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, cluster.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := cluster.Connect(t)
 	if err := schema.Migrate(ctx, conn); err != nil {
 		t.Fatal(err)
 	}

@@ -145,11 +145,7 @@ func run(conn *pgx.Conn, stmt string) error {
 func TestTheRulesAreCitus(t *testing.T) {
 	cluster := citustest.Start(t, 2)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, cluster.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := cluster.Connect(t)
 	if _, err := conn.Exec(ctx, citusTables); err != nil {
 		t.Fatal(err)
 	}

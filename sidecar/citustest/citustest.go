@@ -59,6 +59,18 @@ type Cluster struct {
 // node sidecars connect to.
 func (c *Cluster) URL() string { return c.Coordinator.URL(Database) }
 
+// Connect opens a connection to Database on the coordinator, closed when
+// t ends.
+func (c *Cluster) Connect(t testing.TB) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // Start skips t when Citus is missing; otherwise it starts a coordinator
 // and the given number of workers under a temporary directory, and stops
 // them when t ends.
