@@ -151,6 +151,19 @@ func TestDistributeOnCitus(t *testing.T) {
 			t.Fatalf("ack of offset %d: %+v %v", want, ack, where(err))
 		}
 	}
+	// A seek of every partition (each on its shard, one transaction) takes
+	// the group back to the beginning: p5 starts at offset 0 again.
+	seek, err := st.Seek(ctx, protocol.SeekArgs{Queue: "c", Group: "g", To: protocol.SeekBeginning})
+	if err != nil {
+		t.Fatal(err, where(err))
+	}
+	if len(seek.Cursors) != partitions {
+		t.Fatalf("seek moved %d cursors, want %d: %+v", len(seek.Cursors), partitions, seek)
+	}
+	if r, err := st.Pop(ctx, store.PopRequest{Queue: "c", Partition: "p5", Group: "g", Batch: 1, Partitions: 1}, 1<<20); err != nil ||
+		len(r.Messages) != 1 || r.Messages[0].Offset != 0 {
+		t.Fatalf("pop of p5 after the seek: %+v %v, want offset 0", r.Messages, where(err))
+	}
 	var shards int
 	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT get_shard_id_for_distribution_column('queenside.partitions', id))
 		FROM queenside.partition_names`).Scan(&shards); err != nil {

@@ -1606,6 +1606,14 @@ CREATE OR REPLACE FUNCTION queenside.seek(p_group bigint, p_partition bigint, p_
  RETURNS TABLE(partition_name text, cursor_offset bigint)
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+    v_pid   bigint;
+    v_name  text;
+    v_next  bigint;
+    v_pos   bigint;
+    v_head  timestamptz;
+    v_names text[] := '{}';
+    v_posns bigint[] := '{}';
 BEGIN
     IF p_to NOT IN ('beginning', 'end', 'time') THEN
         RAISE EXCEPTION 'seek to %: want beginning, end or time', p_to USING ERRCODE = '22023';
@@ -1616,28 +1624,27 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'group % does not exist', p_group USING ERRCODE = 'P0002';
     END IF;
-    RETURN QUERY
-    WITH locked AS (
-        SELECT cu.partition_id AS pid
-          FROM queenside.cursors cu
-         WHERE cu.group_id = p_group AND (p_partition IS NULL OR cu.partition_id = p_partition)
-         ORDER BY cu.partition_id
-           FOR UPDATE),
-    target AS (
-        SELECT l.pid, p.name,
-               CASE p_to WHEN 'end' THEN p.next_offset
-                         WHEN 'beginning' THEN queenside.first_offset_at(l.pid, NULL)
-                         ELSE queenside.first_offset_at(l.pid, p_at) END AS pos
-          FROM locked l JOIN queenside.partitions p ON p.id = l.pid),
-    moved AS (
+    -- Partition by partition, in id order (the order acks lock cursors in),
+    -- each cursor moved and its lease ended by a statement on its partition
+    -- alone, the position and head worked out before it: on Citus no lock
+    -- may span shards (R2, R3, R6). It is one transaction all the same.
+    FOR v_pid IN SELECT cu.partition_id FROM queenside.cursors cu
+                  WHERE cu.group_id = p_group AND (p_partition IS NULL OR cu.partition_id = p_partition)
+                  ORDER BY cu.partition_id LOOP
+        SELECT p.name, p.next_offset INTO v_name, v_next FROM queenside.partitions p WHERE p.id = v_pid;
+        v_pos := CASE p_to WHEN 'end' THEN v_next
+                           WHEN 'beginning' THEN queenside.first_offset_at(v_pid, NULL)
+                           ELSE queenside.first_offset_at(v_pid, p_at) END;
+        v_head := queenside.cursor_head(v_pid, v_pos);
         UPDATE queenside.cursors cu
-           SET committed = t.pos, head_at = queenside.cursor_head(t.pid, t.pos),
+           SET committed = v_pos, head_at = v_head,
                lease_id = NULL, lease_from = NULL, lease_to = NULL, lease_expires_at = NULL, lease_done = NULL,
                delivered_to = '{}', fail_offsets = '{}', fail_counts = '{}'
-          FROM target t
-         WHERE cu.group_id = p_group AND cu.partition_id = t.pid
-        RETURNING t.name, t.pos)
-    SELECT m.name, m.pos FROM moved m ORDER BY m.name;
+         WHERE cu.group_id = p_group AND cu.partition_id = v_pid;
+        v_names := v_names || v_name;
+        v_posns := v_posns || v_pos;
+    END LOOP;
+    RETURN QUERY SELECT u.n, u.o FROM unnest(v_names, v_posns) AS u (n, o) ORDER BY u.n;
     -- Pops waiting on the queue look again: a cursor moved back has work.
     PERFORM queenside.wake(q.name) FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
      WHERE g.id = p_group;

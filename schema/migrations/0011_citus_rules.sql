@@ -46,6 +46,10 @@
 --     partition in id order, a cursor updated only while it is still
 --     unpositioned, so one another pop positioned and moved meanwhile is
 --     not set back;
+--   - seek moves a group's cursors partition by partition in id order, each
+--     by a statement on its partition with its position and head worked
+--     out before it, where it locked every cursor of the group by one
+--     statement (R2, R3, R6, R9); still one transaction;
 --   - consumed_to is PL/pgSQL (R7), and head_at, which nothing has called
 --     since version 5, is dropped.
 
@@ -1259,5 +1263,54 @@ BEGIN
                       s.base_offset >= a.lo AND s.last_offset <= a.hi AS whole) r
          WHERE a.req <> 0 AND a.lo <= a.hi;
     END IF;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION queenside.seek(p_group bigint, p_partition bigint, p_to text, p_at timestamp with time zone)
+ RETURNS TABLE(partition_name text, cursor_offset bigint)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_pid   bigint;
+    v_name  text;
+    v_next  bigint;
+    v_pos   bigint;
+    v_head  timestamptz;
+    v_names text[] := '{}';
+    v_posns bigint[] := '{}';
+BEGIN
+    IF p_to NOT IN ('beginning', 'end', 'time') THEN
+        RAISE EXCEPTION 'seek to %: want beginning, end or time', p_to USING ERRCODE = '22023';
+    END IF;
+    -- A caller's cached group id may name a group deleted since: it looks
+    -- the group up again on no_data_found.
+    PERFORM 1 FROM queenside.groups g WHERE g.id = p_group;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'group % does not exist', p_group USING ERRCODE = 'P0002';
+    END IF;
+    -- Partition by partition, in id order (the order acks lock cursors in),
+    -- each cursor moved and its lease ended by a statement on its partition
+    -- alone, the position and head worked out before it: on Citus no lock
+    -- may span shards (R2, R3, R6). It is one transaction all the same.
+    FOR v_pid IN SELECT cu.partition_id FROM queenside.cursors cu
+                  WHERE cu.group_id = p_group AND (p_partition IS NULL OR cu.partition_id = p_partition)
+                  ORDER BY cu.partition_id LOOP
+        SELECT p.name, p.next_offset INTO v_name, v_next FROM queenside.partitions p WHERE p.id = v_pid;
+        v_pos := CASE p_to WHEN 'end' THEN v_next
+                           WHEN 'beginning' THEN queenside.first_offset_at(v_pid, NULL)
+                           ELSE queenside.first_offset_at(v_pid, p_at) END;
+        v_head := queenside.cursor_head(v_pid, v_pos);
+        UPDATE queenside.cursors cu
+           SET committed = v_pos, head_at = v_head,
+               lease_id = NULL, lease_from = NULL, lease_to = NULL, lease_expires_at = NULL, lease_done = NULL,
+               delivered_to = '{}', fail_offsets = '{}', fail_counts = '{}'
+         WHERE cu.group_id = p_group AND cu.partition_id = v_pid;
+        v_names := v_names || v_name;
+        v_posns := v_posns || v_pos;
+    END LOOP;
+    RETURN QUERY SELECT u.n, u.o FROM unnest(v_names, v_posns) AS u (n, o) ORDER BY u.n;
+    -- Pops waiting on the queue look again: a cursor moved back has work.
+    PERFORM queenside.wake(q.name) FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
+     WHERE g.id = p_group;
 END;
 $function$;
