@@ -12,7 +12,7 @@ import (
 // so does an entry whose place keeps the rule now (take it out).
 var known = map[string]string{
 	"current.sql: ack R10":                "return a rewound flag; the sidecar notifies on the coordinator",
-	"current.sql: ack_call R8":            "no force_generic_plan",
+	"current.sql: ack_call R8":            "kept on one PostgreSQL; schema.Distribute resets it on Citus",
 	"current.sql: expire_segments R1":     "discovery (a multi-shard read) then expire_partition per partition",
 	"current.sql: expire_segments R6":     "the same split",
 	"current.sql: expire_segments R9":     "the same split",
@@ -21,11 +21,11 @@ var known = map[string]string{
 	"current.sql: pop_many R2":            "candidates locked by = ANY (p_pids) on cursors and partitions",
 	"current.sql: pop_many R3":            "heads computed into an array first",
 	"current.sql: pop_many R6":            "the same array",
-	"current.sql: pop_many R8":            "no force_generic_plan",
+	"current.sql: pop_many R8":            "kept on one PostgreSQL; schema.Distribute resets it on Citus",
 	"current.sql: pop_many R9":            "one statement a step",
 	"current.sql: purge_orphan_hashes R1": "folded into purge_partition",
 	"current.sql: purge_orphan_hashes R9": "folded into purge_partition",
-	"current.sql: push R8":                "no force_generic_plan",
+	"current.sql: push R8":                "kept on one PostgreSQL; schema.Distribute resets it on Citus",
 	"current.sql: push R10":               "the sidecar notifies on the coordinator after the commit",
 	"current.sql: seek R10":               "the sidecar notifies",
 	"dashboard.go R6":                     "the first offset by a correlated segment look-up",
