@@ -63,13 +63,15 @@ def unaddressed_frame(
 ) -> Optional[QueensideError]:
     """Handle an id-0 frame; return the error that ends the connection, if it is one."""
     if response.notice is not None:
-        if response.notice == NOTICE_DRAINING:
-            on_draining()
+        # The handler first, then the drain announced: whoever wakes on the
+        # draining event has the notice delivered already.
         if on_notice is not None:
             try:
                 on_notice(response.notice)
             except Exception:  # a callback's bug must not kill the reader
                 log.exception("queenside: notice handler failed")
+        if response.notice == NOTICE_DRAINING:
+            on_draining()
         return None  # notices this client does not know are ignored
     if response.error is not None:
         err = error_from_wire(response.error)
