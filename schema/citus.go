@@ -14,8 +14,11 @@ import (
 // partition id (co-located with partitions), and, left as they are, the
 // coordinator's own (maintenance, schema_migrations).
 var (
-	citusReference   = []string{"queues", "groups", "partition_names"}
-	citusDistributed = []string{"partitions", "segments", "dedup", "dedup_marks", "cursors", "dead_letters", "orphan_hashes"}
+	citusReference = []string{"queues", "groups", "partition_names"}
+	// CitusDistributed are the tables spread by partition id, partitions
+	// (by its id) first; the Citus rules (schema/citusrules) are about
+	// statements on them.
+	CitusDistributed = []string{"partitions", "segments", "dedup", "dedup_marks", "cursors", "dead_letters", "orphan_hashes"}
 )
 
 // DefaultShardCount is the number of shards a distributed queenside takes
@@ -83,12 +86,12 @@ func Distribute(ctx context.Context, conn *pgx.Conn, shardCount int) error {
 			return err
 		}
 	}
-	colocate := Name + "." + citusDistributed[0]
-	if err := step(citusDistributed[0], "SELECT create_distributed_table($1::regclass, 'id', shard_count := $2)",
+	colocate := Name + "." + CitusDistributed[0]
+	if err := step(CitusDistributed[0], "SELECT create_distributed_table($1::regclass, 'id', shard_count := $2)",
 		colocate, shardCount); err != nil {
 		return err
 	}
-	for _, t := range citusDistributed[1:] {
+	for _, t := range CitusDistributed[1:] {
 		if err := step(t, "SELECT create_distributed_table($1::regclass, 'partition_id', colocate_with := $2)",
 			Name+"."+t, colocate); err != nil {
 			return err

@@ -15,11 +15,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-)
 
-// Distributed are the tables distributed by partition id, co-located: the
-// ones that grow with messages.
-var Distributed = []string{"segments", "dedup", "dedup_marks", "cursors", "dead_letters", "orphan_hashes", "partitions"}
+	"github.com/queenside/queenside/schema"
+)
 
 // Rule names one rule, as SCALING.md numbers them.
 type Rule string
@@ -73,9 +71,12 @@ type Violation struct {
 // queryingFunctions are queenside's functions that read distributed tables.
 var queryingFunctions = regexp.MustCompile(`\bqueenside\.(cursor_head|first_offset_at|consumed_to|head_at)\s*\(`)
 
+// distributed are the tables schema.Distribute spreads by partition id.
+var distributed = schema.CitusDistributed
+
 var (
-	distributedRef = regexp.MustCompile(`\bqueenside\.(` + strings.Join(Distributed, "|") + `)\b(?:\s+(?:as\s+)?([a-z_][a-z0-9_]*))?`)
-	writeTarget    = regexp.MustCompile(`\b(?:update|delete\s+from)\s+(?:only\s+)?queenside\.(` + strings.Join(Distributed, "|") + `)\b`)
+	distributedRef = regexp.MustCompile(`\bqueenside\.(` + strings.Join(distributed, "|") + `)\b(?:\s+(?:as\s+)?([a-z_][a-z0-9_]*))?`)
+	writeTarget    = regexp.MustCompile(`\b(?:update|delete\s+from)\s+(?:only\s+)?queenside\.(` + strings.Join(distributed, "|") + `)\b`)
 	volatileCall   = regexp.MustCompile(`\b(?:queenside\.cursor_head|clock_timestamp|random|gen_random_uuid|timeofday|nextval)\s*\(`)
 	lockClause     = regexp.MustCompile(`\bfor\s+(?:no\s+key\s+)?(?:update|share|key\s+share)\b`)
 	insertingCTE   = regexp.MustCompile(`\bas\s+(?:not\s+)?(?:materialized\s+)?\(\s*insert\b`)
