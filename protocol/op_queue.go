@@ -41,7 +41,7 @@ var optionRanges = map[string][2]int64{
 	"retentionSeconds":          {0, 10 * 365 * 86400},
 	"completedRetentionSeconds": {0, 10 * 365 * 86400},
 	"delaySeconds":              {0, 7 * 86400},
-	// A cursor remembers its last thousand leases (queenside.pop_many).
+	// A cursor remembers its last thousand leases (queenside.pop_from).
 	"maxDeliveries": {0, 1000},
 }
 

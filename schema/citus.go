@@ -26,8 +26,14 @@ var (
 // splits into few, and Citus can split shards later.
 const DefaultShardCount = 8
 
-// isDistributed tells whether the schema has been distributed over Citus.
-func isDistributed(ctx context.Context, conn *pgx.Conn) (bool, error) {
+// Querier runs one query: a connection, a pool or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// IsDistributed tells whether the schema has been distributed over Citus
+// (Distribute).
+func IsDistributed(ctx context.Context, conn Querier) (bool, error) {
 	var distributed bool
 	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')
 		AND EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -607,19 +607,19 @@ CREATE OR REPLACE FUNCTION queenside.expire_segments(p_from bigint, p_max_segmen
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    v_now   timestamptz := now();
-    w       record;
-    v_due   bigint;
-    v_bound bigint;
-    v_cap   bigint;
-    v_n     integer;
-    v_m     bigint;
-    v_o     integer;
+    v_now    timestamptz := now();
+    w        record;
+    g        record;
+    v_due    bigint;
+    v_bound  bigint;
+    v_cap    bigint;
+    v_hashes uuid[];
 BEGIN
     segments := 0; messages := 0; orphaned := 0;
-    -- The partitions whose first segment may go: one index probe each.
+    -- The partitions whose first segment may go by its age: one index
+    -- probe each.
     FOR w IN
-        SELECT p.id, p.queue_id, f.base_offset AS first_base, f.last_offset AS first_last,
+        SELECT p.id, p.queue_id, f.base_offset AS first_base, f.last_offset AS first_last, f.committed_at AS first_at,
                q.retention_seconds, q.completed_retention_seconds,
                queenside.dedup_keep(q.dedup_window_seconds, q.completed_retention_seconds) AS keep,
                coalesce(m.purged_to, 0) AS purged_to
@@ -630,10 +630,13 @@ BEGIN
           LEFT JOIN queenside.dedup_marks m ON m.partition_id = p.id
          WHERE p.id >= p_from
            AND ((q.retention_seconds > 0 AND f.committed_at < v_now - make_interval(secs => q.retention_seconds))
-                OR (f.committed_at < v_now - make_interval(secs => q.completed_retention_seconds)
-                    AND f.last_offset < queenside.consumed_to(p.id, p.queue_id)))
+                OR f.committed_at < v_now - make_interval(secs => q.completed_retention_seconds))
          ORDER BY p.id
     LOOP
+        -- Not retained past its retention, and old enough as consumed, but
+        -- not yet consumed by every group: nothing goes.
+        CONTINUE WHEN NOT (w.retention_seconds > 0 AND w.first_at < v_now - make_interval(secs => w.retention_seconds))
+                  AND w.first_last >= queenside.consumed_to(w.id, w.queue_id);
         IF segments >= p_max_segments OR messages >= p_max_messages THEN
             next_from := w.id;
             RETURN;
@@ -657,25 +660,22 @@ BEGIN
         IF v_cap IS NOT NULL THEN
             v_bound := v_cap + 1;
         END IF;
-        WITH gone AS (
+        -- A segment whose hashes the dedup purge has not reached yet
+        -- leaves them behind, to be deleted once they are due.
+        FOR g IN
             DELETE FROM queenside.segments s
              WHERE s.partition_id = w.id AND s.last_offset < v_bound
             RETURNING s.last_offset, s.base_offset, s.committed_at,
                       CASE WHEN s.last_offset >= w.purged_to THEN s.transaction_ids END AS txids
-        ), saved AS (
+        LOOP
+            segments := segments + 1;
+            messages := messages + (g.last_offset - g.base_offset + 1);
+            CONTINUE WHEN g.txids IS NULL;
+            v_hashes := ARRAY(SELECT DISTINCT queenside.transaction_hash(t) FROM unnest(g.txids) t);
             INSERT INTO queenside.orphan_hashes (purge_after, partition_id, last_offset, committed_at, hashes)
-            SELECT g.committed_at + w.keep, w.id, g.last_offset, g.committed_at,
-                   ARRAY(SELECT DISTINCT queenside.transaction_hash(t) FROM unnest(g.txids) t)
-              FROM gone g
-             WHERE g.txids IS NOT NULL
-            RETURNING 1
-        )
-        SELECT count(*), coalesce(sum(g.last_offset - g.base_offset + 1), 0), (SELECT count(*) FROM saved)
-          INTO v_n, v_m, v_o
-          FROM gone g;
-        segments := segments + v_n;
-        messages := messages + v_m;
-        orphaned := orphaned + v_o;
+            VALUES (g.committed_at + w.keep, w.id, g.last_offset, g.committed_at, v_hashes);
+            orphaned := orphaned + 1;
+        END LOOP;
         IF v_bound < v_due THEN -- the budget cut this partition short
             next_from := w.id;
             RETURN;
@@ -758,9 +758,14 @@ BEGIN
         RAISE EXCEPTION 'queenside: group % does not exist', p_group USING ERRCODE = 'no_data_found';
     END IF;
 
-    -- A subscription that started since: position its cursors now.
-    IF v_start_at <= v_now AND EXISTS (SELECT 1 FROM queenside.cursors cu
-                                        WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
+    -- A subscription that started since: position its cursors now. A
+    -- partition named is looked at alone (on Citus, its shard's).
+    IF v_start_at <= v_now AND p_partition IS NULL AND EXISTS (
+           SELECT 1 FROM queenside.cursors cu WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
+        PERFORM queenside.position_cursors(p_group, v_start_at);
+    ELSIF v_start_at <= v_now AND EXISTS (
+           SELECT 1 FROM queenside.cursors cu
+            WHERE cu.group_id = p_group AND cu.partition_id = p_partition AND cu.committed IS NULL) THEN
         PERFORM queenside.position_cursors(p_group, v_start_at);
     END IF;
 
@@ -914,7 +919,7 @@ END;
 $function$
 ;
 
-CREATE OR REPLACE FUNCTION queenside.pop_many(p_group bigint, p_partition bigint, p_partitions integer[], p_batches integer[], p_lease_seconds integer, p_auto_ack boolean)
+CREATE OR REPLACE FUNCTION queenside.pop_from(p_group bigint, p_pids bigint[], p_partitions integer[], p_batches integer[], p_lease_seconds integer, p_auto_ack boolean)
  RETURNS TABLE(request integer, serve_order integer, partition_id bigint, partition_name text, lease_id uuid, lease_from bigint, lease_to bigint, lease_expires_at timestamp with time zone, head_attempts integer, seen_to bigint, first_offset bigint, committed_at timestamp with time zone, message_ids uuid[], transaction_ids text[], payloads bytea[], trace_ids text[], headers bytea[])
  LANGUAGE plpgsql
  SET enable_sort TO 'off'
@@ -946,6 +951,13 @@ DECLARE
     a_req   integer[];
     a_hi    bigint[];
     a_lease uuid[];
+    a_head  timestamptz[]; -- with auto-ack, each cursor's head past its span
+    -- Where retention deleted a cursor's message: where its span starts
+    -- (the first message retained from the cursor on), and its new head.
+    d_lo    bigint[];
+    d_head  timestamptz[];
+    d_keep  boolean[]; -- the head stays (a lease from the cursor itself)
+    v_lo    bigint;
     k       integer;
     r       integer := 1;
     r_parts integer := 0;
@@ -964,9 +976,14 @@ BEGIN
         v_want := v_want + p_partitions[k];
     END LOOP;
 
-    -- A subscription that started since: position its cursors now.
-    IF v_start_at <= v_now AND EXISTS (SELECT 1 FROM queenside.cursors cu
-                                        WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
+    -- A subscription that started since: position its cursors now. The
+    -- partitions named are looked at alone (on Citus, one shard's).
+    IF v_start_at <= v_now AND p_pids IS NULL AND EXISTS (
+           SELECT 1 FROM queenside.cursors cu WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
+        PERFORM queenside.position_cursors(p_group, v_start_at);
+    ELSIF v_start_at <= v_now AND EXISTS (
+           SELECT 1 FROM queenside.cursors cu
+            WHERE cu.group_id = p_group AND cu.partition_id = ANY (p_pids) AND cu.committed IS NULL) THEN
         PERFORM queenside.position_cursors(p_group, v_start_at);
     END IF;
 
@@ -976,10 +993,14 @@ BEGIN
     -- the lock are what keep two pops from ever leasing one partition.
     -- Without a delay everything up to a partition's end is deliverable;
     -- with one, up to its last segment committed long enough ago (commit
-    -- times grow with offsets). A pop of one partition looks it up by key,
-    -- which one statement for both cases would not do once its plan is
-    -- generic: hence two statements that differ in their WHERE only.
-    IF p_partition IS NULL THEN
+    -- times grow with offsets). p_pids NULL chooses among every partition
+    -- of the group, which one PostgreSQL does in one locking scan; on Citus
+    -- no lock may span shards (SCALING.md, section 4, R2), and the sidecar
+    -- names the partitions to choose among, the candidates of one shard (a
+    -- named partition, or what an unlocked look found ready). Two
+    -- statements that differ in their WHERE only: one for both cases would
+    -- not look partitions up by key once its plan is generic.
+    IF p_pids IS NULL THEN
         SELECT array_agg(t.partition_id), array_agg(t.name), array_agg(t.committed),
                array_agg(t.last), array_agg(t.seen), array_agg(t.first), array_agg(t.att)
           INTO c_pid, c_name, c_cur, c_last, c_seen, c_first, c_att
@@ -1009,19 +1030,23 @@ BEGIN
           FROM (SELECT cu.partition_id, p.name, cu.committed,
                        CASE WHEN v_delay = interval '0' THEN p.next_offset - 1
                             ELSE (SELECT s.last_offset FROM queenside.segments s
-                                   WHERE s.partition_id = cu.partition_id AND s.committed_at <= v_now - v_delay
+                                   WHERE s.partition_id = cu.partition_id AND s.partition_id = ANY (p_pids)
+                                     AND s.committed_at <= v_now - v_delay
                                    ORDER BY s.last_offset DESC LIMIT 1) END AS last,
                        coalesce((SELECT max(d) FROM unnest(cu.delivered_to) d), -1) AS seen,
                        cardinality(cu.delivered_to) AS att,
                        (SELECT s.base_offset FROM queenside.segments s
-                         WHERE s.partition_id = cu.partition_id AND s.last_offset >= cu.committed
+                         WHERE s.partition_id = cu.partition_id AND s.partition_id = ANY (p_pids)
+                           AND s.last_offset >= cu.committed
                          ORDER BY s.last_offset LIMIT 1) AS first
                   FROM queenside.cursors cu
                   JOIN queenside.partitions p ON p.id = cu.partition_id
-                 WHERE cu.group_id = p_group AND cu.partition_id = p_partition
+                 WHERE cu.group_id = p_group AND cu.partition_id = ANY (p_pids) AND p.id = ANY (p_pids)
                    AND cu.head_at IS NOT NULL AND cu.head_at <= v_now - v_delay
                    AND (cu.lease_id IS NULL OR cu.lease_expires_at <= v_now)
                    AND p.next_offset > cu.committed
+                 ORDER BY cu.head_at, cu.partition_id
+                 LIMIT v_want
                    FOR UPDATE OF cu SKIP LOCKED) t;
     END IF;
     IF c_pid IS NULL THEN
@@ -1071,6 +1096,20 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- With auto-ack, the head each cursor will have past its span, worked
+    -- out before the statement that moves it: cursor_head reads segments,
+    -- which a statement on a distributed table may not call (R3, R6). Its
+    -- share lock on a partition at its end is held to the commit, so a
+    -- push there still finds the cursor waiting and gives it its head.
+    IF p_auto_ack THEN
+        a_head := array_fill(NULL::timestamptz, ARRAY[cardinality(c_pid)]);
+        FOR k IN 1 .. cardinality(c_pid) LOOP
+            IF a_req[k] <> 0 AND c_first[k] <= c_cur[k] THEN
+                a_head[k] := queenside.cursor_head(c_pid[k], a_hi[k] + 1);
+            END IF;
+        END LOOP;
+    END IF;
+
     -- Where the message at the cursor is retained, the usual case, one
     -- statement reads each span and leases it (or, with auto-ack, moves the
     -- cursor past it), in one snapshot: what is leased is what is read.
@@ -1080,13 +1119,13 @@ BEGIN
     RETURN QUERY
     WITH a AS (
         SELECT x.*
-          FROM unnest(a_req, c_pid, c_name, c_cur, a_hi, c_last, c_seen, a_lease, c_first)
-               WITH ORDINALITY AS x (req, pid, pname, cur, hi, last, seen, lease, first, ord)
+          FROM unnest(a_req, c_pid, c_name, c_cur, a_hi, c_last, c_seen, a_lease, c_first, a_head)
+               WITH ORDINALITY AS x (req, pid, pname, cur, hi, last, seen, lease, first, head, ord)
          WHERE x.req <> 0 AND x.first <= x.cur
     ), moved AS (
         UPDATE queenside.cursors cu
            SET committed = CASE WHEN p_auto_ack THEN a.hi + 1 ELSE cu.committed END,
-               head_at = CASE WHEN p_auto_ack THEN queenside.cursor_head(a.pid, a.hi + 1) ELSE cu.head_at END,
+               head_at = CASE WHEN p_auto_ack THEN a.head ELSE cu.head_at END,
                lease_id = a.lease, lease_from = a.cur, lease_to = a.hi,
                lease_expires_at = CASE WHEN p_auto_ack THEN NULL ELSE v_expires END,
                lease_done = CASE WHEN p_auto_ack THEN NULL ELSE '{}'::bigint[] END,
@@ -1104,9 +1143,9 @@ BEGIN
                    ELSE ARRAY(SELECT fc.n FROM unnest(cu.fail_offsets, cu.fail_counts) fc (o, n)
                                WHERE fc.o > a.hi ORDER BY fc.o) END
           FROM a
-         WHERE cu.partition_id = a.pid AND cu.group_id = p_group
+         WHERE cu.partition_id = a.pid AND cu.group_id = p_group AND cu.partition_id = ANY (c_pid)
            AND (SELECT s.base_offset FROM queenside.segments s
-                 WHERE s.partition_id = a.pid AND s.last_offset >= a.cur
+                 WHERE s.partition_id = a.pid AND s.partition_id = ANY (c_pid) AND s.last_offset >= a.cur
                  ORDER BY s.last_offset LIMIT 1) <= a.cur
         RETURNING cu.partition_id, cardinality(cu.delivered_to) AS attempts
     )
@@ -1127,10 +1166,11 @@ BEGIN
      CROSS JOIN LATERAL (
            SELECT CASE WHEN a.hi = a.last THEN a.hi
                        ELSE (SELECT e.last_offset FROM queenside.segments e
-                              WHERE e.partition_id = a.pid AND e.last_offset >= a.hi
+                              WHERE e.partition_id = a.pid AND e.partition_id = ANY (c_pid) AND e.last_offset >= a.hi
                               ORDER BY e.last_offset LIMIT 1) END AS stop) e
      CROSS JOIN LATERAL (SELECT s.* FROM queenside.segments s
-                          WHERE s.partition_id = a.pid AND s.last_offset >= a.cur AND s.last_offset <= e.stop
+                          WHERE s.partition_id = a.pid AND s.partition_id = ANY (c_pid)
+                            AND s.last_offset >= a.cur AND s.last_offset <= e.stop
                             AND s.base_offset <= a.hi
                           ORDER BY s.last_offset) s
      CROSS JOIN LATERAL (
@@ -1145,26 +1185,40 @@ BEGIN
     -- cursor moves past what is gone: otherwise its old head time would put
     -- it first in every pop, for nothing.
     IF EXISTS (SELECT 1 FROM unnest(c_cur, c_first) AS x (cur, first) WHERE x.first IS NULL OR x.first > x.cur) THEN
+        -- Where each such span starts, at the first message retained from
+        -- its cursor on (past the end when there is none), and the head the
+        -- cursor will have, worked out one partition at a time (R3, R6).
+        d_lo := array_fill(NULL::bigint, ARRAY[cardinality(c_pid)]);
+        d_head := array_fill(NULL::timestamptz, ARRAY[cardinality(c_pid)]);
+        d_keep := array_fill(false, ARRAY[cardinality(c_pid)]);
+        FOR k IN 1 .. cardinality(c_pid) LOOP
+            CONTINUE WHEN c_first[k] IS NOT NULL AND c_first[k] <= c_cur[k];
+            -- Into a plain variable: Citus cannot run a query on its
+            -- tables assigned to an array element.
+            v_lo := greatest(c_cur[k], coalesce(
+                (SELECT s.base_offset FROM queenside.segments s
+                  WHERE s.partition_id = c_pid[k] AND s.last_offset >= c_cur[k]
+                  ORDER BY s.last_offset LIMIT 1),
+                (SELECT n.next_offset FROM queenside.partitions n WHERE n.id = c_pid[k])));
+            d_lo[k] := v_lo;
+            IF a_req[k] <> 0 AND d_lo[k] <= a_hi[k] AND NOT p_auto_ack AND d_lo[k] = c_cur[k] THEN
+                d_keep[k] := true;
+            ELSIF a_req[k] <> 0 AND d_lo[k] <= a_hi[k] AND p_auto_ack THEN
+                d_head[k] := queenside.cursor_head(c_pid[k], a_hi[k] + 1);
+            ELSE
+                d_head[k] := queenside.cursor_head(c_pid[k], d_lo[k]);
+            END IF;
+        END LOOP;
         RETURN QUERY
         WITH a AS (
-            -- Where each span starts: at its cursor, or at the first message
-            -- retained from there on (past the end when there is none).
-            SELECT x.*, greatest(x.cur, coalesce(f.base_offset, (SELECT n.next_offset FROM queenside.partitions n
-                                                                   WHERE n.id = x.pid))) AS lo
-              FROM unnest(a_req, c_pid, c_name, c_cur, a_hi, c_last, c_seen, a_lease, c_first)
-                   WITH ORDINALITY AS x (req, pid, pname, cur, hi, last, seen, lease, first, ord)
-              LEFT JOIN LATERAL (SELECT s.base_offset FROM queenside.segments s
-                                  WHERE s.partition_id = x.pid AND s.last_offset >= x.cur
-                                  ORDER BY s.last_offset LIMIT 1) f ON true
-             WHERE x.first IS NULL OR x.first > x.cur
+            SELECT x.*
+              FROM unnest(a_req, c_pid, c_name, c_cur, a_hi, c_last, c_seen, a_lease, d_lo, d_head, d_keep)
+                   WITH ORDINALITY AS x (req, pid, pname, cur, hi, last, seen, lease, lo, head, keep, ord)
+             WHERE x.lo IS NOT NULL
         ), moved AS (
             UPDATE queenside.cursors cu
                SET committed = CASE WHEN a.req = 0 OR a.lo > a.hi THEN a.lo WHEN p_auto_ack THEN a.hi + 1 ELSE a.lo END,
-                   head_at = CASE WHEN a.req <> 0 AND a.lo <= a.hi AND NOT p_auto_ack AND a.lo = cu.committed
-                                       THEN cu.head_at
-                                  WHEN a.req <> 0 AND a.lo <= a.hi AND p_auto_ack
-                                       THEN queenside.cursor_head(a.pid, a.hi + 1)
-                                  ELSE queenside.cursor_head(a.pid, a.lo) END,
+                   head_at = CASE WHEN a.keep THEN cu.head_at ELSE a.head END,
                    lease_id = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_id ELSE a.lease END,
                    lease_from = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_from ELSE a.lo END,
                    lease_to = CASE WHEN a.req = 0 OR a.lo > a.hi THEN cu.lease_to ELSE a.hi END,
@@ -1196,7 +1250,7 @@ BEGIN
                                                       ELSE a.lo END
                                    ORDER BY fc.o) END
               FROM a
-             WHERE cu.partition_id = a.pid AND cu.group_id = p_group
+             WHERE cu.partition_id = a.pid AND cu.group_id = p_group AND cu.partition_id = ANY (c_pid)
                AND ((a.req <> 0 AND a.lo <= a.hi) OR a.lo > a.cur)
             RETURNING cu.partition_id, cardinality(cu.delivered_to) AS attempts
         )
@@ -1217,10 +1271,12 @@ BEGIN
          CROSS JOIN LATERAL (
                SELECT CASE WHEN a.hi = a.last THEN a.hi
                            ELSE (SELECT e.last_offset FROM queenside.segments e
-                                  WHERE e.partition_id = a.pid AND e.last_offset >= a.hi
+                                  WHERE e.partition_id = a.pid AND e.partition_id = ANY (c_pid)
+                                    AND e.last_offset >= a.hi
                                   ORDER BY e.last_offset LIMIT 1) END AS stop) e
          CROSS JOIN LATERAL (SELECT s.* FROM queenside.segments s
-                              WHERE s.partition_id = a.pid AND s.last_offset >= a.lo AND s.last_offset <= e.stop
+                              WHERE s.partition_id = a.pid AND s.partition_id = ANY (c_pid)
+                                AND s.last_offset >= a.lo AND s.last_offset <= e.stop
                                 AND s.base_offset <= a.hi
                               ORDER BY s.last_offset) s
          CROSS JOIN LATERAL (
@@ -1230,6 +1286,17 @@ BEGIN
                       s.base_offset >= a.lo AND s.last_offset <= a.hi AS whole) r
          WHERE a.req <> 0 AND a.lo <= a.hi;
     END IF;
+END;
+$function$
+;
+
+CREATE OR REPLACE FUNCTION queenside.pop_many(p_group bigint, p_partition bigint, p_partitions integer[], p_batches integer[], p_lease_seconds integer, p_auto_ack boolean)
+ RETURNS TABLE(request integer, serve_order integer, partition_id bigint, partition_name text, lease_id uuid, lease_from bigint, lease_to bigint, lease_expires_at timestamp with time zone, head_attempts integer, seen_to bigint, first_offset bigint, committed_at timestamp with time zone, message_ids uuid[], transaction_ids text[], payloads bytea[], trace_ids text[], headers bytea[])
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RETURN QUERY SELECT * FROM queenside.pop_from(p_group, CASE WHEN p_partition IS NOT NULL THEN ARRAY[p_partition] END,
+                                                  p_partitions, p_batches, p_lease_seconds, p_auto_ack);
 END;
 $function$
 ;
@@ -1338,50 +1405,53 @@ CREATE OR REPLACE FUNCTION queenside.purge_orphan_hashes(p_max_rows integer, p_m
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
  SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
 AS $function$
 DECLARE
-    v_now timestamptz := now();
+    v_now    timestamptz := now();
+    r        record;
+    v_seen   bigint := 0; -- hashes of the rows taken so far
+    v_pid    bigint;
+    v_cutoff timestamptz;
+    v_n      bigint;
 BEGIN
-    WITH due AS MATERIALIZED (
-        -- A partition that is gone (its queue deleted) keeps nothing.
-        SELECT o.purge_after, o.partition_id, o.last_offset, o.committed_at, o.hashes,
-               coalesce(v_now - queenside.dedup_keep(q.dedup_window_seconds, q.completed_retention_seconds),
-                        'infinity') AS cutoff
-          FROM (SELECT o.*, sum(cardinality(o.hashes)) OVER (ORDER BY o.purge_after, o.partition_id, o.last_offset)
-                            - cardinality(o.hashes) AS before
-                  FROM queenside.orphan_hashes o
-                 WHERE o.purge_after < v_now
-                 ORDER BY o.purge_after, o.partition_id, o.last_offset
-                 LIMIT p_max_rows) o
-          LEFT JOIN queenside.partitions p ON p.id = o.partition_id
-          LEFT JOIN queenside.queues q ON q.id = p.queue_id
-         WHERE o.before < p_max_hashes
-    ), gone AS (
-        -- The keys are worked out first (OFFSET 0 keeps the subquery whole),
-        -- so that each is one look-up of dedup_key.
-        DELETE FROM queenside.dedup d
-         USING (SELECT due.partition_id, due.cutoff, h, uuid_hash_extended(h, due.partition_id) AS k
-                  FROM due, unnest(due.hashes) h
-                 WHERE due.committed_at < due.cutoff OFFSET 0) x
-         WHERE uuid_hash_extended(d.hash, d.partition_id) = x.k AND
-               d.partition_id = x.partition_id AND d.hash = x.h AND d.committed_at < x.cutoff
-        RETURNING 1
-    ), done AS (
-        DELETE FROM queenside.orphan_hashes o
-         USING due
-         WHERE o.purge_after = due.purge_after AND o.partition_id = due.partition_id
-           AND o.last_offset = due.last_offset AND due.committed_at < due.cutoff
-        RETURNING 1
-    ), postponed AS (
-        -- The queue keeps its hashes longer than when the segment went.
-        UPDATE queenside.orphan_hashes o
-           SET purge_after = due.committed_at + (v_now - due.cutoff)
-          FROM due
-         WHERE o.purge_after = due.purge_after AND o.partition_id = due.partition_id
-           AND o.last_offset = due.last_offset AND due.committed_at >= due.cutoff
-        RETURNING 1
-    )
-    SELECT count(*), (SELECT count(*) FROM gone) INTO segments, hashes FROM due;
+    segments := 0; hashes := 0;
+    FOR r IN
+        SELECT o.purge_after, o.partition_id, o.last_offset, o.committed_at, o.hashes
+          FROM queenside.orphan_hashes o
+         WHERE o.purge_after < v_now
+         ORDER BY o.purge_after, o.partition_id, o.last_offset
+         LIMIT p_max_rows
+    LOOP
+        EXIT WHEN v_seen >= p_max_hashes;
+        v_seen := v_seen + cardinality(r.hashes);
+        IF r.partition_id IS DISTINCT FROM v_pid THEN
+            -- A partition that is gone (its queue deleted) keeps nothing.
+            v_pid := r.partition_id;
+            v_cutoff := coalesce(
+                (SELECT v_now - queenside.dedup_keep(q.dedup_window_seconds, q.completed_retention_seconds)
+                   FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
+                  WHERE p.id = v_pid),
+                'infinity');
+        END IF;
+        IF r.committed_at < v_cutoff THEN
+            -- The keys are worked out first (OFFSET 0 keeps the subquery
+            -- whole), so that each is one look-up of dedup_key.
+            DELETE FROM queenside.dedup d
+             USING (SELECT h, uuid_hash_extended(h, v_pid) AS k FROM unnest(r.hashes) h OFFSET 0) x
+             WHERE uuid_hash_extended(d.hash, d.partition_id) = x.k AND
+                   d.partition_id = v_pid AND d.hash = x.h AND d.committed_at < v_cutoff;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            hashes := hashes + v_n;
+            DELETE FROM queenside.orphan_hashes d
+             WHERE d.partition_id = v_pid AND d.purge_after = r.purge_after AND d.last_offset = r.last_offset;
+        ELSE
+            -- The queue keeps its hashes longer than when the segment went.
+            UPDATE queenside.orphan_hashes d SET purge_after = r.committed_at + (v_now - v_cutoff)
+             WHERE d.partition_id = v_pid AND d.purge_after = r.purge_after AND d.last_offset = r.last_offset;
+        END IF;
+        segments := segments + 1;
+    END LOOP;
     more := EXISTS (SELECT 1 FROM queenside.orphan_hashes o WHERE o.purge_after < v_now);
 END;
 $function$
@@ -1598,6 +1668,39 @@ BEGIN
        SET next_offset = c.last + 1, last_committed_at = p_at
       FROM (SELECT f.pid, max(f.off) AS last FROM unnest(f_pid, f_off) AS f (pid, off) GROUP BY f.pid) c
      WHERE p.id = c.pid AND p.id = ANY (p_ids);
+END;
+$function$
+;
+
+CREATE OR REPLACE FUNCTION queenside.ready_partitions(p_group bigint, p_limit integer)
+ RETURNS TABLE(partition_id bigint)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_start_at timestamptz;
+    v_delay    interval;
+    v_now      timestamptz := now();
+BEGIN
+    SELECT g.start_at, make_interval(secs => q.delay_seconds) INTO v_start_at, v_delay
+      FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
+     WHERE g.id = p_group;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queenside: group % does not exist', p_group USING ERRCODE = 'no_data_found';
+    END IF;
+    IF v_start_at <= v_now AND EXISTS (SELECT 1 FROM queenside.cursors cu
+                                        WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
+        PERFORM queenside.position_cursors(p_group, v_start_at);
+    END IF;
+    RETURN QUERY
+    SELECT cu.partition_id
+      FROM queenside.cursors cu
+      JOIN queenside.partitions p ON p.id = cu.partition_id
+     WHERE cu.group_id = p_group
+       AND cu.head_at IS NOT NULL AND cu.head_at <= v_now - v_delay
+       AND (cu.lease_id IS NULL OR cu.lease_expires_at <= v_now)
+       AND p.next_offset > cu.committed
+     ORDER BY cu.head_at, cu.partition_id
+     LIMIT p_limit;
 END;
 $function$
 ;

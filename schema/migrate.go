@@ -154,7 +154,7 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 	// On a distributed schema, what the migrations created or replaced is
 	// laid out and set for Citus as the rest is.
 	if len(done) > 0 {
-		if distributed, err := isDistributed(ctx, conn); err != nil {
+		if distributed, err := IsDistributed(ctx, conn); err != nil {
 			return done, err
 		} else if distributed {
 			if err := Distribute(ctx, conn, 0); err != nil {

@@ -37,7 +37,7 @@ func pushSequence(t *testing.T, c *queenside.Client, queue, partition, tx string
 // last delivery is made alone, so that only the message at the cursor is
 // dead-lettered and the ones leased with it before are not.
 // Both ways a pop is served are checked: pop (one partition named) and
-// pop_many (several partitions asked for).
+// pop_from (several partitions asked for).
 func TestMaxDeliveriesDeadLettersOnlyTheMessageThatIsNeverAcked(t *testing.T) {
 	for name, args := range map[string]protocol.PopArgs{
 		"one partition": {Queue: "md", Partition: "p", Group: "g", Batch: 10},

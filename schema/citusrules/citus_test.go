@@ -90,6 +90,7 @@ var onCitus = map[Rule]string{
 	NoNestedQuery:       "cannot execute a distributed query from a query on a shard",
 	NoModifyingCTE:      "subplan",
 	NoNodeEffects:       "", // not an error: checked on a cluster by the wake-up tests
+	NoQueryIntoElement:  `syntax error at or near ":="`,
 	NoSQLFunction:       "parameters in SQL functions, which is not supported in Citus",
 	NoForcedGenericPlan: "could not create distributed plan",
 }

@@ -59,6 +59,11 @@ const (
 	// statement that touches distributed tables: it would act on the
 	// worker that runs it.
 	NoNodeEffects Rule = "R10 no node-local effect beside distributed tables"
+	// NoQueryIntoElement: a PL/pgSQL assignment to an array element does
+	// not query a distributed table: Citus sends the assignment's text,
+	// which is no SQL, to the worker. A plain variable takes the value
+	// first.
+	NoQueryIntoElement Rule = "R11 no query on distributed tables assigned to an array element"
 )
 
 // Violation is one rule broken in one place.
@@ -82,6 +87,7 @@ var (
 	insertingCTE   = regexp.MustCompile(`\bas\s+(?:not\s+)?(?:materialized\s+)?\(\s*insert\b`)
 	modifyingCTE   = regexp.MustCompile(`\bas\s+(?:not\s+)?(?:materialized\s+)?\(\s*(?:update|delete)\b`)
 	nodeEffect     = regexp.MustCompile(`\b(?:pg_notify|queenside\.wake)\s*\(`)
+	elementAssign  = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\s*\[[^\]]*\]\s*:=`)
 	statementStart = regexp.MustCompile(`\b(select|insert|update|delete|with|perform)\b`)
 	languageSQL    = regexp.MustCompile(`\blanguage\s+sql\b`)
 	loopKeyword    = regexp.MustCompile(`\bloop\b`)
@@ -133,6 +139,9 @@ func CheckStatements(place, sql string) []Violation {
 		loc := statementStart.FindStringIndex(s)
 		if loc == nil || !distributedRef.MatchString(s) {
 			continue
+		}
+		if elementAssign.MatchString(s) {
+			out = append(out, Violation{Place: place, Rule: NoQueryIntoElement, Text: shorten(s)})
 		}
 		s = s[loc[0]:]
 		add := func(r Rule) { out = append(out, Violation{Place: place, Rule: r, Text: shorten(s)}) }

@@ -91,6 +91,11 @@ END $function$`, `SELECT queenside.f_generic(1)`},
 	{NoSQLFunction, `CREATE OR REPLACE FUNCTION queenside.f_sql(p_id bigint) RETURNS bigint LANGUAGE sql
 AS $function$ SELECT count(*) FROM queenside.cursors cu JOIN queenside.partitions p ON p.id = cu.partition_id
                WHERE cu.partition_id = p_id AND p.id = p_id $function$`, `SELECT queenside.f_sql(1)`},
+	{NoQueryIntoElement, `CREATE OR REPLACE FUNCTION queenside.f_element(p_id bigint) RETURNS bigint LANGUAGE plpgsql
+AS $function$ DECLARE a bigint[] := '{0}'; BEGIN
+  a[1] := (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_id);
+  RETURN a[1];
+END $function$`, `SELECT queenside.f_element(1)`},
 	{NoNodeEffects, `CREATE OR REPLACE FUNCTION queenside.f_wake(p_id bigint) RETURNS void LANGUAGE plpgsql
 AS $function$ BEGIN
   UPDATE queenside.partitions p SET next_offset = 0 WHERE p.id = p_id;
@@ -101,10 +106,13 @@ END $function$`, `SELECT queenside.f_wake(1)`},
 const keptFunction = `CREATE OR REPLACE FUNCTION queenside.f_kept(p_id bigint) RETURNS bigint LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
 AS $function$
-DECLARE v_head timestamptz; v_id bigint;
+DECLARE v_head timestamptz; v_id bigint; v_next bigint; a bigint[] := '{0}';
 BEGIN
   -- an assignment may call what queries distributed tables: it is no statement on them
   v_head := queenside.cursor_head(p_id, 0);
+  -- a plain variable may take a query's value, and an element the variable's
+  v_next := (SELECT p.next_offset FROM queenside.partitions p WHERE p.id = p_id);
+  a[1] := v_next;
   FOR v_id IN SELECT p.id FROM queenside.partitions p WHERE p.id = p_id LOOP
     v_head := queenside.cursor_head(v_id, 0);
   END LOOP;

@@ -11,26 +11,14 @@ import (
 // takes on Citus. It only shrinks: a rule newly broken fails the test, and
 // so does an entry whose place keeps the rule now (take it out).
 var known = map[string]string{
-	"current.sql: ack R10":                "return a rewound flag; the sidecar notifies on the coordinator",
-	"current.sql: ack_call R8":            "kept on one PostgreSQL; schema.Distribute resets it on Citus",
-	"current.sql: expire_segments R1":     "discovery (a multi-shard read) then expire_partition per partition",
-	"current.sql: expire_segments R6":     "the same split",
-	"current.sql: expire_segments R9":     "the same split",
-	"current.sql: pop R2":                 "the choice without a partition goes to discovery and pop_many",
-	"current.sql: pop_many R1":            "= ANY (p_pids) on every relation, p_route first",
-	"current.sql: pop_many R2":            "candidates locked by = ANY (p_pids) on cursors and partitions",
-	"current.sql: pop_many R3":            "heads computed into an array first",
-	"current.sql: pop_many R6":            "the same array",
-	"current.sql: pop_many R8":            "kept on one PostgreSQL; schema.Distribute resets it on Citus",
-	"current.sql: pop_many R9":            "one statement a step",
-	"current.sql: purge_orphan_hashes R1": "folded into purge_partition",
-	"current.sql: purge_orphan_hashes R9": "folded into purge_partition",
-	"current.sql: push R8":                "kept on one PostgreSQL; schema.Distribute resets it on Citus",
-	"current.sql: push R10":               "the sidecar notifies on the coordinator after the commit",
-	"current.sql: seek R10":               "the sidecar notifies",
-	"dashboard.go R6":                     "the first offset by a correlated segment look-up",
-	"grouplist.go R6":                     "the first offset by a correlated segment look-up",
-	"queues.go R6":                        "the first offset by a correlated segment look-up",
+	"current.sql: ack R10":     "return a rewound flag; the sidecar notifies on the coordinator",
+	"current.sql: ack_call R8": "kept on one PostgreSQL; schema.Distribute resets it on Citus",
+	"current.sql: pop R2":      "one PostgreSQL only: on Citus the sidecar names the partition",
+	"current.sql: pop_from R2": "one PostgreSQL only (p_pids NULL): on Citus the sidecar names one shard's candidates",
+	"current.sql: pop_from R8": "kept on one PostgreSQL; schema.Distribute resets it on Citus",
+	"current.sql: push R8":     "kept on one PostgreSQL; schema.Distribute resets it on Citus",
+	"current.sql: push R10":    "the sidecar notifies on the coordinator after the commit",
+	"current.sql: seek R10":    "the sidecar notifies",
 }
 
 func key(v Violation) string {

@@ -21,17 +21,20 @@ import (
 	"github.com/queenside/queenside/sidecar/pgserver"
 )
 
-// Database is the database made on every node, with the citus extension:
-// Citus keeps its metadata per database and does not propagate CREATE
-// DATABASE, so a cluster's tests share this one.
+// Database is the database Start makes on every node, with the citus
+// extension: Citus keeps its metadata per database and does not propagate
+// CREATE DATABASE, so a cluster's tests share this one (or make their own
+// with CreateDatabase).
 const Database = "queenside"
 
 // settings are each node's: Citus must be the first library loaded; 2PC
-// needs prepared transactions; shard moves need logical decoding. The nodes
-// reach each other over their Unix sockets, where SSL does not apply.
+// needs prepared transactions; shard moves need logical decoding; Citus
+// runs a maintenance daemon per database, a background worker each. The
+// nodes reach each other over their Unix sockets, where SSL does not apply.
 var settings = []string{
 	"shared_preload_libraries=citus",
 	"max_prepared_transactions=200",
+	"max_worker_processes=64",
 	"wal_level=logical",
 	"citus.node_conninfo='sslmode=disable'",
 }
@@ -53,6 +56,7 @@ type Cluster struct {
 	Coordinator *pgserver.Server
 	Workers     []*pgserver.Server
 	dir         string
+	databases   []string // made on every node, each with the workers added
 }
 
 // URL is a connection string for Database on the coordinator, the only
@@ -72,66 +76,133 @@ func (c *Cluster) Connect(t testing.TB) *pgx.Conn {
 }
 
 // Start skips t when Citus is missing; otherwise it starts a coordinator
-// and the given number of workers under a temporary directory, and stops
-// them when t ends.
+// and the given number of workers under a temporary directory, with
+// Database on each, and stops them when t ends.
 func Start(t testing.TB, workers int) *Cluster {
 	t.Helper()
 	if why := Missing(); why != "" {
 		t.Skip(why)
 	}
-	dir, err := os.MkdirTemp("", "queenside-citus-")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := StartCluster(ctx, workers)
+	if c != nil {
+		t.Cleanup(c.Stop)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil { // the servers run as postgres
+	if err := c.CreateDatabase(ctx, Database); err != nil {
 		t.Fatal(err)
-	}
-	c := &Cluster{dir: dir}
-	t.Cleanup(c.stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if c.Coordinator, err = c.startNode(ctx, "coordinator"); err != nil {
-		t.Fatal(err)
-	}
-	if err := exec(ctx, c.URL(), fmt.Sprintf("SELECT citus_set_coordinator_host(%s, %d)",
-		quote(c.Coordinator.SocketDir()), c.Coordinator.Port())); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < workers; i++ {
-		if _, err := c.AddWorker(ctx); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return c
 }
 
-// AddWorker starts one more worker and adds it to the cluster; its shards
-// come only with a rebalance.
-func (c *Cluster) AddWorker(ctx context.Context) (*pgserver.Server, error) {
-	w, err := c.startNode(ctx, "worker"+strconv.Itoa(len(c.Workers)+1))
+// StartCluster starts a coordinator and the given number of workers under
+// a temporary directory. It holds no database of queenside's yet (see
+// CreateDatabase). The cluster returned with an error is to be stopped.
+func StartCluster(ctx context.Context, workers int) (*Cluster, error) {
+	dir, err := os.MkdirTemp("", "queenside-citus-")
 	if err != nil {
 		return nil, err
 	}
-	c.Workers = append(c.Workers, w)
-	return w, exec(ctx, c.URL(), fmt.Sprintf("SELECT citus_add_node(%s, %d)", quote(w.SocketDir()), w.Port()))
+	if err := os.Chmod(dir, 0o755); err != nil { // the servers run as postgres
+		return nil, err
+	}
+	c := &Cluster{dir: dir}
+	if c.Coordinator, err = c.startNode(ctx, "coordinator"); err != nil {
+		return c, err
+	}
+	for range workers {
+		if _, err := c.startWorker(ctx); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// Nodes are the coordinator and the workers, in that order.
+func (c *Cluster) Nodes() []*pgserver.Server {
+	return append([]*pgserver.Server{c.Coordinator}, c.Workers...)
+}
+
+// CreateDatabase makes database name on every node with the citus
+// extension, and adds the workers to its coordinator: Citus keeps its
+// metadata, and the nodes it knows, per database.
+func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
+	for _, s := range c.Nodes() {
+		if err := c.prepareNode(ctx, s, name); err != nil {
+			return err
+		}
+	}
+	url := c.Coordinator.URL(name)
+	if err := exec(ctx, url, fmt.Sprintf("SELECT citus_set_coordinator_host(%s, %d)",
+		quote(c.Coordinator.SocketDir()), c.Coordinator.Port())); err != nil {
+		return err
+	}
+	for _, w := range c.Workers {
+		if err := addNode(ctx, url, w); err != nil {
+			return err
+		}
+	}
+	c.databases = append(c.databases, name)
+	return nil
+}
+
+// Dir is the directory the cluster's files are under.
+func (c *Cluster) Dir() string { return c.dir }
+
+// AddWorker starts one more worker and adds it to every database of the
+// cluster; its shards come only with a rebalance.
+func (c *Cluster) AddWorker(ctx context.Context) (*pgserver.Server, error) {
+	w, err := c.startWorker(ctx)
+	if err != nil {
+		return w, err
+	}
+	for _, name := range c.databases {
+		if err := c.prepareNode(ctx, w, name); err != nil {
+			return w, err
+		}
+		if err := addNode(ctx, c.Coordinator.URL(name), w); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+func (c *Cluster) startWorker(ctx context.Context) (*pgserver.Server, error) {
+	w, err := c.startNode(ctx, "worker"+strconv.Itoa(len(c.Workers)+1))
+	if w != nil {
+		c.Workers = append(c.Workers, w)
+	}
+	return w, err
+}
+
+func addNode(ctx context.Context, coordinatorURL string, w *pgserver.Server) error {
+	return exec(ctx, coordinatorURL, fmt.Sprintf("SELECT citus_add_node(%s, %d)", quote(w.SocketDir()), w.Port()))
 }
 
 func (c *Cluster) startNode(ctx context.Context, name string) (*pgserver.Server, error) {
 	s, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.dir, name), Fast: true, Settings: settings})
 	if err != nil {
-		return nil, fmt.Errorf("citustest: %s: %w", name, err)
-	}
-	if err := exec(ctx, s.URL("postgres"), "CREATE DATABASE "+Database); err != nil {
-		return s, fmt.Errorf("citustest: %s: %w", name, err)
-	}
-	if err := exec(ctx, s.URL(Database), "CREATE EXTENSION citus"); err != nil {
 		return s, fmt.Errorf("citustest: %s: %w", name, err)
 	}
 	return s, nil
 }
 
-func (c *Cluster) stop() {
-	for _, s := range append([]*pgserver.Server{c.Coordinator}, c.Workers...) {
+func (c *Cluster) prepareNode(ctx context.Context, s *pgserver.Server, name string) error {
+	if err := exec(ctx, s.URL("postgres"), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("citustest: %w", err)
+	}
+	if err := exec(ctx, s.URL(name), "CREATE EXTENSION citus"); err != nil {
+		return fmt.Errorf("citustest: %w", err)
+	}
+	return nil
+}
+
+// Stop stops every node and removes the cluster's files.
+func (c *Cluster) Stop() {
+	for _, s := range c.Nodes() {
 		if s != nil {
 			s.Stop("immediate") //nolint:errcheck // a throwaway cluster
 			os.RemoveAll(s.SocketDir())

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // The purges delete a hash by its partition and hash together, one look-up
@@ -19,6 +20,7 @@ import (
 // row of it. The plans of the functions' statements are read from
 // auto_explain, which reports them to the session as notices.
 func TestPurgesLookHashesUpByKey(t *testing.T) {
+	pgtest.SkipOnCitus(t, "plans of one PostgreSQL, read from auto_explain")
 	f := newFixture(t, options(func(o *protocol.QueueOptions) {
 		o.CompletedRetentionSeconds = 1
 		o.DedupWindowSeconds = 1

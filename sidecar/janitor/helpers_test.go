@@ -112,14 +112,19 @@ func offsets(res protocol.PopResult) []int64 {
 func (f *fixture) backdate(age time.Duration) {
 	f.t.Helper()
 	secs := age.Seconds()
-	f.exec(`UPDATE queenside.segments s SET committed_at = s.committed_at - make_interval(secs => $2)
+	// In UTC, where timestamp minus interval is immutable: Citus refuses
+	// an UPDATE of a stable expression of a column (SCALING.md, R4).
+	earlier := func(column string) string {
+		return "((" + column + " AT TIME ZONE 'UTC') - make_interval(secs => $2)) AT TIME ZONE 'UTC'"
+	}
+	f.exec(`UPDATE queenside.segments s SET committed_at = `+earlier("s.committed_at")+`
 	         FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
 	        WHERE s.partition_id = p.id AND q.name = $1`, f.queue, secs)
-	f.exec(`UPDATE queenside.dedup d SET committed_at = d.committed_at - make_interval(secs => $2)
+	f.exec(`UPDATE queenside.dedup d SET committed_at = `+earlier("d.committed_at")+`
 	         FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
 	        WHERE d.partition_id = p.id AND q.name = $1`, f.queue, secs)
-	f.exec(`UPDATE queenside.orphan_hashes o SET committed_at = o.committed_at - make_interval(secs => $2),
-	                                            purge_after = o.purge_after - make_interval(secs => $2)
+	f.exec(`UPDATE queenside.orphan_hashes o SET committed_at = `+earlier("o.committed_at")+`,
+	                                            purge_after = `+earlier("o.purge_after")+`
 	         FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id
 	        WHERE o.partition_id = p.id AND q.name = $1`, f.queue, secs)
 }

@@ -32,7 +32,7 @@ func NewDatabase(t testing.TB) string {
 	name := "queenside_test_" + randomHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := h.admin.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tmpl)); err != nil {
+	if err := onEveryServer(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE "+ident(tmpl)); err != nil {
 		t.Fatalf("pgtest: creating database: %v", err)
 	}
 	t.Cleanup(func() {
@@ -62,6 +62,9 @@ func dropDatabase(name string) error {
 	// Test contexts are already cancelled when cleanups run.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if h.cluster != nil {
+		return onEveryServer(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+	}
 	_, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42601" { // syntax_error: no FORCE
@@ -172,20 +175,32 @@ func ensureTemplate(ctx context.Context, name string) error {
 			return fmt.Errorf("dropping unfinished template: %w", err)
 		}
 	}
-	// template0 rather than the default template1, which a shared server
-	// may have customised.
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE template0"); err != nil {
+	if h.cluster != nil {
+		// On every node, with the extension and the workers added.
+		if err := h.cluster.CreateDatabase(ctx, name); err != nil {
+			return err
+		}
+	} else if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident(name)+" TEMPLATE template0"); err != nil {
+		// template0 rather than the default template1, which a shared
+		// server may have customised.
 		return err
 	}
 	if err := migrate(ctx, databaseURL(name)); err != nil {
 		return err
 	}
 	// No connections: CREATE DATABASE ... TEMPLATE fails while anyone is
-	// connected to the template.
-	_, err = conn.Exec(ctx, "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
-	return err
+	// connected to the template (on Citus, the nodes' connections to each
+	// other and its maintenance daemon too).
+	if err := onEveryServer(ctx, "ALTER DATABASE "+ident(name)+" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false"); err != nil {
+		return err
+	}
+	if h.cluster != nil {
+		return onEveryServer(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "+literal(name))
+	}
+	return nil
 }
 
+// migrate migrates the database at url and, on Citus, distributes it.
 func migrate(ctx context.Context, url string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -195,5 +210,34 @@ func migrate(ctx context.Context, url string) error {
 	if err := schema.Migrate(ctx, conn); err != nil {
 		return fmt.Errorf("migrating template: %w", err)
 	}
+	if h.cluster != nil {
+		if err := schema.Distribute(ctx, conn, 0); err != nil {
+			return fmt.Errorf("distributing template: %w", err)
+		}
+	}
 	return nil
 }
+
+// onEveryServer runs sql in the maintenance database of the server in use
+// or, on Citus, of every node: a database there is one per node, its
+// shards on the workers.
+func onEveryServer(ctx context.Context, sql string) error {
+	if h.cluster == nil {
+		_, err := h.admin.Exec(ctx, sql)
+		return err
+	}
+	for _, s := range h.cluster.Nodes() {
+		conn, err := pgx.Connect(ctx, s.URL("postgres"))
+		if err != nil {
+			return err
+		}
+		_, err = conn.Exec(ctx, sql)
+		conn.Close(context.Background())
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.DataDir(), err)
+		}
+	}
+	return nil
+}
+
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -13,11 +13,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queenside/queenside/sidecar/citustest"
 	"github.com/queenside/queenside/sidecar/pgserver"
 )
 
 // URLEnv names the variable pointing the harness at an existing server.
 const URLEnv = "TEST_DATABASE_URL"
+
+// CitusEnv, set to 1, runs the tests on a Citus cluster the harness starts:
+// a coordinator and two workers, every database distributed
+// (schema.Distribute) and the tests connected to the coordinator, as
+// sidecars are. Server is then the coordinator.
+const CitusEnv = "QUEENSIDE_TEST_CITUS"
+
+// citusWorkers is the size of the cluster CitusEnv starts.
+const citusWorkers = 2
 
 // harness is what Main sets up for the tests in one test binary. It is
 // written before m.Run and only read while tests run.
@@ -26,8 +37,9 @@ type harness struct {
 	given    string // TEST_DATABASE_URL, or "" when we run our own server
 	adminURL string
 	server   *pgserver.Server
-	dirs     []string // removed after the server stops
-	reaper   *exec.Cmd
+	cluster  *citustest.Cluster // with CitusEnv; server is its coordinator
+	dirs     []string           // removed after the server stops
+	reapers  []*exec.Cmd
 	admin    *pgxpool.Pool
 
 	tmplOnce sync.Once
@@ -66,11 +78,18 @@ func setup() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	if u := os.Getenv(URLEnv); u != "" {
-		h.given = u
-		h.adminURL = pickAdminURL(ctx, u)
-	} else if err := startServer(ctx); err != nil {
-		return err
+	switch {
+	case os.Getenv(CitusEnv) == "1":
+		if err := startCluster(ctx); err != nil {
+			return err
+		}
+	case os.Getenv(URLEnv) != "":
+		h.given = os.Getenv(URLEnv)
+		h.adminURL = pickAdminURL(ctx, h.given)
+	default:
+		if err := startServer(ctx); err != nil {
+			return err
+		}
 	}
 
 	var err error
@@ -118,7 +137,33 @@ func startServer(ctx context.Context) error {
 	if base := filepath.Dir(s.DataDir()); base != dir {
 		h.dirs = append(h.dirs, base) // pgserver's root fallback
 	}
-	h.reaper = startReaper(s, h.dirs)
+	h.reapers = append(h.reapers, startReaper(s, h.dirs))
+	return nil
+}
+
+// startCluster runs a throwaway Citus cluster (CitusEnv).
+func startCluster(ctx context.Context) error {
+	if why := citustest.Missing(); why != "" {
+		return fmt.Errorf("%s=1 asks for Citus: %s", CitusEnv, why)
+	}
+	c, err := citustest.StartCluster(ctx, citusWorkers)
+	if c != nil {
+		h.cluster = c
+		for i, s := range c.Nodes() {
+			var dirs []string
+			if i == 0 {
+				dirs = []string{c.Dir()}
+			}
+			if s != nil {
+				h.reapers = append(h.reapers, startReaper(s, dirs))
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	h.server = c.Coordinator
+	h.adminURL = c.Coordinator.URL("postgres")
 	return nil
 }
 
@@ -129,7 +174,10 @@ func teardown() error {
 		h.admin.Close()
 	}
 	var errs []error
-	if h.server != nil {
+	switch {
+	case h.cluster != nil:
+		h.cluster.Stop()
+	case h.server != nil:
 		if err := h.server.Stop("immediate"); err != nil {
 			errs = append(errs, err)
 		}
@@ -140,7 +188,9 @@ func teardown() error {
 				errs = append(errs, err)
 			}
 		}
-		stopReaper(h.reaper)
+		for _, r := range h.reapers {
+			stopReaper(r)
+		}
 	}
 	// On failure the reaper stays: it retries once this process is gone.
 	return errors.Join(errs...)
@@ -153,3 +203,16 @@ func Server() *pgserver.Server { return h.server }
 
 // AdminURL returns the URL of the maintenance database on the server in use.
 func AdminURL() string { return h.adminURL }
+
+// Citus tells whether the tests run on a Citus cluster (CitusEnv).
+func Citus() bool { return h.cluster != nil }
+
+// SkipOnCitus skips t on a Citus cluster, saying why: for a test of what
+// holds on one PostgreSQL alone (a plan's shape, an order across
+// partitions that SCALING.md says Citus keeps per shard only).
+func SkipOnCitus(t testing.TB, why string) {
+	t.Helper()
+	if Citus() {
+		t.Skip("on Citus: " + why)
+	}
+}

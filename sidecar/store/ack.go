@@ -16,8 +16,8 @@ import (
 const ackSQL = `SELECT idx, success, code, dead_lettered, released, cursor_offset
 FROM queenside.ack_call($1, $2, $3, $4, $5, $6, $7, $8)`
 
-// ackCall is one call of queenside.ack_call: the leases named by the items
-// (a slot each, from 1) and the items that name a lease that can exist.
+// ackCall is one call of queenside.ack_call: the leases named by its items
+// (a slot each, from 1), all on one shard, and the items.
 type ackCall struct {
 	groups, partitions []int64
 	leases             []uuid.UUID
@@ -26,13 +26,42 @@ type ackCall struct {
 	slots              []int32
 }
 
-// ackThrough applies an ack call through q: the pool, where the statement
-// is its own transaction, or a transaction it is part of.
-func ackThrough(ctx context.Context, q querier, items []protocol.AckItem) (protocol.AckResult, error) {
-	c, res := newAckCall(items)
-	if len(c.sent) == 0 {
-		return res, nil
+// ackThrough applies an ack call in tx, a transaction it is part of: one
+// call of ack_call a shard, in shard order.
+func (s *Store) ackThrough(ctx context.Context, tx querier, items []protocol.AckItem) (protocol.AckResult, error) {
+	calls, res, err := s.newAckCalls(ctx, items)
+	for _, c := range calls {
+		if err != nil {
+			break
+		}
+		res, err = c.through(ctx, tx, items, res)
 	}
+	return sortLeases(res, len(calls)), err
+}
+
+// ack applies an ack call in a transaction of its own: its one statement,
+// or a statement a shard in one transaction.
+func (s *Store) ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
+	calls, res, err := s.newAckCalls(ctx, items)
+	switch {
+	case err != nil || len(calls) == 0:
+		return res, err
+	case len(calls) == 1:
+		return calls[0].through(ctx, s.pool, items, res)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		for _, c := range calls {
+			if res, err = c.through(ctx, tx, items, res); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return sortLeases(res, len(calls)), err
+}
+
+// through runs the call through q.
+func (c *ackCall) through(ctx context.Context, q querier, items []protocol.AckItem, res protocol.AckResult) (protocol.AckResult, error) {
 	rows, err := q.Query(ctx, ackSQL, c.args(items)...)
 	if err != nil {
 		return res, fmt.Errorf("ack: %w", err)
@@ -40,41 +69,84 @@ func ackThrough(ctx context.Context, q querier, items []protocol.AckItem) (proto
 	return c.finish(rows, res)
 }
 
-// newAckCall sorts an ack call's items into the leases they name, and
-// answers at once the items naming a lease that cannot exist. The call has
-// nothing to send when no item is left.
-func newAckCall(items []protocol.AckItem) (*ackCall, protocol.AckResult) {
+// newAckCalls sorts an ack call's items into calls of ack_call, one a
+// shard of the leases' partitions in shard order (one on one PostgreSQL),
+// and answers at once the items naming a lease that cannot exist. There is
+// no call when no item is left.
+func (s *Store) newAckCalls(ctx context.Context, items []protocol.AckItem) ([]*ackCall, protocol.AckResult, error) {
 	res := protocol.AckResult{Results: make([]protocol.AckItemResult, len(items)), Leases: []protocol.LeaseState{}}
-	c := &ackCall{}
-	slotOf := map[string]int32{}
+	var valid []int
+	var partitions []int64
 	for i, it := range items {
 		res.Results[i] = protocol.AckItemResult{Index: i}
-		slot, ok := slotOf[it.LeaseID]
-		if !ok {
-			ref, valid := parseLeaseID(it.LeaseID)
-			if !valid { // no such lease was ever handed out: it is not live
-				res.Results[i].Code = protocol.ItemLeaseExpired
-				continue
-			}
-			c.groups, c.partitions = append(c.groups, ref.group), append(c.partitions, ref.partition)
-			c.leases, c.leaseIDs = append(c.leases, ref.id), append(c.leaseIDs, it.LeaseID)
-			slot = int32(len(c.leases))
-			slotOf[it.LeaseID] = slot
+		ref, ok := parseLeaseID(it.LeaseID)
+		if !ok { // no such lease was ever handed out: it is not live
+			res.Results[i].Code = protocol.ItemLeaseExpired
+			continue
 		}
-		c.sent = append(c.sent, i)
-		c.slots = append(c.slots, slot)
+		valid = append(valid, i)
+		partitions = append(partitions, ref.partition)
 	}
-	return c, res
+	if len(valid) == 0 {
+		return nil, res, nil
+	}
+	shards, err := s.shardsOf(ctx, partitions)
+	if err != nil {
+		return nil, res, fmt.Errorf("ack: %w", err)
+	}
+	var calls []*ackCall
+	for _, positions := range byShard(shards) {
+		sent := make([]int, len(positions))
+		for k, p := range positions {
+			sent[k] = valid[p]
+		}
+		calls = append(calls, newAckCall(items, sent))
+	}
+	return calls, res, nil
 }
 
-// finish reads the answer of ackSQL into res.
+// newAckCall is the call of the items at the given positions, whose lease
+// ids are valid: each lease they name gets a slot.
+func newAckCall(items []protocol.AckItem, sent []int) *ackCall {
+	c := &ackCall{sent: sent, slots: make([]int32, len(sent))}
+	slotOf := map[string]int32{}
+	for k, i := range sent {
+		id := items[i].LeaseID
+		slot, ok := slotOf[id]
+		if !ok {
+			ref, _ := parseLeaseID(id)
+			c.groups, c.partitions = append(c.groups, ref.group), append(c.partitions, ref.partition)
+			c.leases, c.leaseIDs = append(c.leases, ref.id), append(c.leaseIDs, id)
+			slot = int32(len(c.leases))
+			slotOf[id] = slot
+		}
+		c.slots[k] = slot
+	}
+	return c
+}
+
+// finish reads the answer of ackSQL into res, adding the states of the
+// call's leases to those of calls before.
 func (c *ackCall) finish(rows pgx.Rows, res protocol.AckResult) (protocol.AckResult, error) {
 	states, err := c.read(rows, res.Results)
 	if err != nil {
 		return res, fmt.Errorf("ack: %w", err)
 	}
-	res.Leases = states
+	res.Leases = append(res.Leases, states...)
 	return res, nil
+}
+
+// sortLeases puts the lease states of an answer made of several calls in
+// (group, partition) order, the order one call reports them in.
+func sortLeases(res protocol.AckResult, calls int) protocol.AckResult {
+	if calls > 1 {
+		slices.SortStableFunc(res.Leases, func(a, b protocol.LeaseState) int {
+			ra, _ := parseLeaseID(a.LeaseID)
+			rb, _ := parseLeaseID(b.LeaseID)
+			return cmp.Or(cmp.Compare(ra.group, rb.group), cmp.Compare(ra.partition, rb.partition))
+		})
+	}
+	return res
 }
 
 func (c *ackCall) args(items []protocol.AckItem) []any {

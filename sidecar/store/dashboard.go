@@ -66,27 +66,35 @@ type SidecarSession struct {
 	ClientAddrs []string  `json:"clientAddrs"`
 }
 
-// queueTotals sums a queue's partitions and cursors.
+// queueTotals sums a queue's partitions and cursors, from queueTotalsFrom.
 const queueTotals = `
 	coalesce(pt.n, 0), coalesce(pt.retained, 0), coalesce(pt.pushed, 0), coalesce(ct.consumed, 0),
 	(SELECT count(*) FROM queenside.groups g WHERE g.queue_id = q.id)`
 
-const queueTotalsJoins = `
-	LEFT JOIN LATERAL (
-		SELECT count(*) AS n, sum(p.next_offset)::bigint AS pushed,
+// queueTotalsFrom is the queues q that where (on q) names, with their
+// partitions and cursors summed by queue apart and joined to them: on
+// Citus a table read whole on every node (queues) may not be joined
+// outward to one spread over shards.
+func queueTotalsFrom(where string) string {
+	return `
+	FROM queenside.queues q
+	LEFT JOIN (
+		SELECT p.queue_id, count(*) AS n, sum(p.next_offset)::bigint AS pushed,
 		       sum(p.next_offset - coalesce((SELECT sg.base_offset FROM queenside.segments sg
 		                                      WHERE sg.partition_id = p.id
 		                                      ORDER BY sg.last_offset LIMIT 1), p.next_offset))::bigint AS retained
-		  FROM queenside.partitions p WHERE p.queue_id = q.id) pt ON true
-	LEFT JOIN LATERAL (
-		SELECT sum(coalesce(c.committed, 0))::bigint AS consumed
-		  FROM queenside.groups g JOIN queenside.cursors c ON c.group_id = g.id
-		 WHERE g.queue_id = q.id) ct ON true`
+		  FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id ` + where + `
+		 GROUP BY p.queue_id) pt ON pt.queue_id = q.id
+	LEFT JOIN (
+		SELECT g.queue_id, sum(coalesce(c.committed, 0))::bigint AS consumed
+		  FROM queenside.cursors c JOIN queenside.groups g ON g.id = c.group_id
+		  JOIN queenside.queues q ON q.id = g.queue_id ` + where + `
+		 GROUP BY g.queue_id) ct ON ct.queue_id = q.id ` + where
+}
 
 // QueueSummaries lists every queue with its totals.
 func (s *Store) QueueSummaries(ctx context.Context) ([]QueueSummary, error) {
-	rows, err := s.pool.Query(ctx, `SELECT q.name, `+queueTotals+`, `+optionColumns+`
-		FROM queenside.queues q`+queueTotalsJoins+` ORDER BY q.name`)
+	rows, err := s.pool.Query(ctx, `SELECT q.name, `+queueTotals+`, `+optionColumns+queueTotalsFrom("")+` ORDER BY q.name`)
 	if err != nil {
 		return nil, fmt.Errorf("queue summaries: %w", err)
 	}
@@ -107,8 +115,8 @@ func (s *Store) QueueSummaries(ctx context.Context) ([]QueueSummary, error) {
 func (s *Store) QueueSummary(ctx context.Context, queue string) (QueueSummary, []GroupSummary, error) {
 	var q QueueSummary
 	var queueID int64
-	err := s.pool.QueryRow(ctx, `SELECT q.id, q.name, `+queueTotals+`, `+optionColumns+`
-		FROM queenside.queues q`+queueTotalsJoins+` WHERE q.name = $1`, queue).
+	err := s.pool.QueryRow(ctx, `SELECT q.id, q.name, `+queueTotals+`, `+optionColumns+
+		queueTotalsFrom("WHERE q.name = $1"), queue).
 		Scan(append([]any{&queueID, &q.Queue, &q.Partitions, &q.Messages, &q.Pushed, &q.Consumed, &q.Groups},
 			scanOptions(&q.Options)...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -120,16 +128,19 @@ func (s *Store) QueueSummary(ctx context.Context, queue string) (QueueSummary, [
 	// Lag as in Groups: what the cursors have not passed, a cursor not
 	// positioned yet counting from where its subscription starts.
 	rows, err := s.pool.Query(ctx, `
-		SELECT g.name,
-		       coalesce(sum(greatest(p.next_offset - coalesce(c.committed, queenside.first_offset_at(p.id, g.start_at)), 0)), 0)::bigint,
-		       coalesce(sum(c.committed), 0)::bigint,
-		       count(*) FILTER (WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()),
-		       min(c.head_at) FILTER (WHERE c.committed < p.next_offset)
+		SELECT g.name, coalesce(l.lag, 0)::bigint, coalesce(l.consumed, 0)::bigint, coalesce(l.leased, 0), l.oldest
 		  FROM queenside.groups g
-		  LEFT JOIN queenside.cursors c ON c.group_id = g.id
-		  LEFT JOIN queenside.partitions p ON p.id = c.partition_id
+		  LEFT JOIN (SELECT c.group_id, sum(greatest(p.next_offset - `+cursorPosition+`, 0)) AS lag,
+		                    sum(c.committed) AS consumed,
+		                    count(*) FILTER (WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()) AS leased,
+		                    min(c.head_at) FILTER (WHERE c.committed < p.next_offset) AS oldest
+		               FROM queenside.cursors c
+		               JOIN queenside.partitions p ON p.id = c.partition_id
+		               JOIN queenside.groups g ON g.id = c.group_id
+		              WHERE g.queue_id = $1
+		              GROUP BY c.group_id) l ON l.group_id = g.id
 		 WHERE g.queue_id = $1
-		 GROUP BY g.name ORDER BY g.name`, queueID)
+		 ORDER BY g.name`, queueID)
 	if err != nil {
 		return q, nil, fmt.Errorf("queue summary %s: groups: %w", queue, err)
 	}
@@ -198,11 +209,11 @@ func (s *Store) PartitionPage(ctx context.Context, queue, after, prefix string, 
 		return page, next, nil
 	}
 	rows, err = s.pool.Query(ctx, `
-		SELECT c.partition_id, g.name,
-		       coalesce(c.committed, queenside.first_offset_at(c.partition_id, g.start_at)),
+		SELECT c.partition_id, g.name, `+cursorPosition+`,
 		       CASE WHEN c.lease_id IS NOT NULL AND c.lease_expires_at > now() THEN c.lease_expires_at END
 		  FROM queenside.cursors c JOIN queenside.groups g ON g.id = c.group_id
-		 WHERE c.partition_id = ANY($1)
+		  JOIN queenside.partitions p ON p.id = c.partition_id
+		 WHERE c.partition_id = ANY($1) AND p.id = ANY($1)
 		 ORDER BY g.name`, ids)
 	if err != nil {
 		return nil, "", fmt.Errorf("partitions of %s: cursors: %w", queue, err)

@@ -7,12 +7,15 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // A transaction id repeated in many partitions (a sequence number per
 // partition, say) does not slow the duplicate probe: push's probe of one
 // partition and hash reads that partition's row and no other.
 func TestDedupProbeReadsOnlyItsPartition(t *testing.T) {
+	pgtest.SkipOnCitus(t, "a plan of one PostgreSQL")
 	s := openStore(t)
 	ctx := context.Background()
 	var msgs []Message

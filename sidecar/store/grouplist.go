@@ -22,17 +22,23 @@ func (s *Store) Groups(ctx context.Context, queue string) (protocol.GroupsResult
 			return res, err
 		}
 	}
+	// The cursors are summed by group apart and joined to the groups: on
+	// Citus a table read whole on every node (groups) may not be joined
+	// outward to one spread over shards (cursors).
 	rows, err := s.pool.Query(ctx, `
-		SELECT q.name, g.name,
-		       coalesce(sum(greatest(p.next_offset - coalesce(c.committed, queenside.first_offset_at(p.id, g.start_at)), 0)), 0)::bigint,
-		       count(*) FILTER (WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now())::integer,
-		       min(c.head_at) FILTER (WHERE c.committed < p.next_offset)
+		SELECT q.name, g.name, coalesce(l.lag, 0)::bigint, coalesce(l.leased, 0)::integer, l.oldest
 		  FROM queenside.groups g
 		  JOIN queenside.queues q ON q.id = g.queue_id
-		  LEFT JOIN queenside.cursors c ON c.group_id = g.id
-		  LEFT JOIN queenside.partitions p ON p.id = c.partition_id
+		  LEFT JOIN (SELECT c.group_id, sum(greatest(p.next_offset - `+cursorPosition+`, 0)) AS lag,
+		                    count(*) FILTER (WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()) AS leased,
+		                    min(c.head_at) FILTER (WHERE c.committed < p.next_offset) AS oldest
+		               FROM queenside.cursors c
+		               JOIN queenside.partitions p ON p.id = c.partition_id
+		               JOIN queenside.groups g ON g.id = c.group_id
+		               JOIN queenside.queues q ON q.id = g.queue_id
+		              WHERE $1 = '' OR q.name = $1
+		              GROUP BY c.group_id) l ON l.group_id = g.id
 		 WHERE $1 = '' OR q.name = $1
-		 GROUP BY q.name, g.name
 		 ORDER BY q.name, g.name`, queue)
 	if err != nil {
 		return res, fmt.Errorf("groups: %w", err)

@@ -22,7 +22,7 @@ func (s *Store) Renew(ctx context.Context, leaseIDs []string, seconds int) ([]pr
 	// The queue's lease time is read by a subquery, not joined: a stable
 	// expression (now() + an interval) of a joined column is refused by
 	// Citus in an UPDATE (SCALING.md, section 4, R4).
-	return s.eachLease(ctx, leaseIDs, true, `
+	return s.eachLease(ctx, leaseIDs, renewing, `
 		UPDATE queenside.cursors c
 		   SET lease_expires_at = greatest(c.lease_expires_at, now() + make_interval(secs => coalesce($4,
 		           (SELECT q.lease_seconds FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
@@ -52,42 +52,49 @@ func (s *Store) withdraw(ctx context.Context, results []protocol.PopResult) erro
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := s.eachLease(ctx, ids, false, waking(`
+	_, err := s.eachLease(ctx, ids, freeing, `
 		UPDATE queenside.cursors c
 		   SET lease_id = NULL, lease_done = NULL,
 		       delivered_to = CASE WHEN c.delivered_to[cardinality(c.delivered_to)] = c.lease_to
 		                           THEN trim_array(c.delivered_to, 1) ELSE c.delivered_to END
-		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3`))
+		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3
+		RETURNING `+queueOfCursor)
 	return err
 }
 
 // Release gives live leases back without charging any retry budget: their
 // unacked messages are deliverable again at once, and waiting pops are woken.
 func (s *Store) Release(ctx context.Context, leaseIDs []string) ([]protocol.LeaseResult, error) {
-	return s.eachLease(ctx, leaseIDs, false, waking(`
+	return s.eachLease(ctx, leaseIDs, freeing, `
 		UPDATE queenside.cursors c SET lease_id = NULL, lease_done = NULL
-		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()`))
+		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
+		RETURNING `+queueOfCursor)
 }
 
-// waking makes an update of one lease's cursor a statement for eachLease
-// that also wakes the pops waiting on its queue: what it frees is
-// deliverable at once.
-func waking(update string) string {
-	return `WITH freed AS (` + update + `
-		RETURNING c.group_id)
-		SELECT now() FROM freed f
-		  JOIN queenside.groups g ON g.id = f.group_id
-		  JOIN queenside.queues q ON q.id = g.queue_id,
-		       LATERAL queenside.wake(q.name)`
-}
+// queueOfCursor is the name of the queue of cursor c.
+const queueOfCursor = `(SELECT q.name FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
+		                  WHERE g.id = c.group_id)`
 
-// eachLease runs sql (which returns one timestamp row for a live lease, none
-// otherwise) for every lease id, in one transaction. With expiry, the
-// timestamp is the lease's expiry and is reported.
-func (s *Store) eachLease(ctx context.Context, leaseIDs []string, expiry bool, sql string, extra ...any) ([]protocol.LeaseResult, error) {
+// What a statement of eachLease does to a live lease, and returns for it.
+type leaseChange int
+
+const (
+	renewing leaseChange = iota // extends it; returns its expiry
+	freeing                     // ends it; returns its queue's name, whose waiting pops are woken
+)
+
+// eachLease runs sql for every lease id, in one transaction; sql returns
+// one row for a live lease, none otherwise. Pops waiting on the queues of
+// the leases a freeing statement ended are woken by a notification of
+// their own, sent on no table and in the same transaction: on Citus a
+// statement on a table may run on another node, where no sidecar listens.
+func (s *Store) eachLease(ctx context.Context, leaseIDs []string, change leaseChange, sql string, extra ...any) ([]protocol.LeaseResult, error) {
 	out := make([]protocol.LeaseResult, len(leaseIDs))
 	var b pgx.Batch
 	var queued []int
+	if change == freeing {
+		b.Queue("BEGIN")
+	}
 	for i, id := range leaseIDs {
 		out[i] = protocol.LeaseResult{LeaseID: id, Code: protocol.ItemLeaseExpired}
 		ref, ok := parseLeaseID(id)
@@ -100,24 +107,64 @@ func (s *Store) eachLease(ctx context.Context, leaseIDs []string, expiry bool, s
 	if len(queued) == 0 {
 		return out, nil
 	}
-	br := s.pool.SendBatch(ctx, &b)
-	for _, i := range queued {
-		var at time.Time
-		err := br.QueryRow().Scan(&at)
-		switch {
-		case err == pgx.ErrNoRows:
-		case err != nil:
-			br.Close()
-			return nil, fmt.Errorf("lease %s: %w", leaseIDs[i], err)
-		default:
-			out[i].Success, out[i].Code = true, ""
-			if expiry {
-				out[i].ExpiresAt = &at
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("leases: %w", err)
+	}
+	defer conn.Release()
+	br := conn.SendBatch(ctx, &b)
+	var woken []string
+	err = func() error {
+		if change == freeing {
+			if _, err := br.Exec(); err != nil { // BEGIN
+				return err
 			}
 		}
+		for _, i := range queued {
+			var at time.Time
+			var queue string
+			row := br.QueryRow()
+			var err error
+			if change == renewing {
+				err = row.Scan(&at)
+			} else {
+				err = row.Scan(&queue)
+			}
+			switch {
+			case err == pgx.ErrNoRows:
+			case err != nil:
+				return fmt.Errorf("lease %s: %w", leaseIDs[i], err)
+			default:
+				out[i].Success, out[i].Code = true, ""
+				if change == renewing {
+					out[i].ExpiresAt = &at
+				} else if !slices.Contains(woken, queue) {
+					woken = append(woken, queue)
+				}
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("leases: commit: %w", cerr)
 	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("leases: commit: %w", err)
+	if change == freeing { // the wake-ups and the end, in one round trip
+		var end pgx.Batch
+		switch {
+		case err != nil:
+			end.Queue("ROLLBACK")
+		case len(woken) > 0:
+			end.Queue("SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q", WakeChannel, woken)
+			fallthrough
+		default:
+			end.Queue("COMMIT")
+		}
+		if eerr := conn.SendBatch(ctx, &end).Close(); err == nil && eerr != nil {
+			err = fmt.Errorf("leases: commit: %w", eerr)
+		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

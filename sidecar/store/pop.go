@@ -31,7 +31,7 @@ type PopRequest struct {
 }
 
 // onePartitionSQL serves a call of one request for one partition: pop
-// (0006) costs less there than pop_many, whose set-based statements pay off
+// (0006) costs less there than pop_from, whose set-based statements pay off
 // from a few partitions or requests on. Its rows have the same columns,
 // the first two aside: they are all the one request's, one partition's.
 const onePartitionSQL = `SELECT 1, 1, partition_id, partition_name, lease_id, lease_from, lease_to, lease_expires_at,
@@ -41,14 +41,19 @@ FROM queenside.pop($1, $2, 1, $3, $4, $5)`
 const popSQL = `SELECT request, serve_order, partition_id, partition_name, lease_id, lease_from, lease_to,
 	lease_expires_at, head_attempts, seen_to, first_offset, committed_at, message_ids, transaction_ids, payloads,
 	trace_ids, headers
-FROM queenside.pop_many($1, $2, $3, $4, $5, $6)`
+FROM queenside.pop_from($1, $2, $3, $4, $5, $6)`
+
+// readySQL finds, without locking anything, the partitions a group may
+// be served from, oldest first: on Citus, where a pop that names no
+// partition chooses among these (see popCall).
+const readySQL = `SELECT partition_id FROM queenside.ready_partitions($1, $2)`
 
 // ErrMessageTooLarge means the next message alone would not fit in a
 // response frame: it cannot be delivered until the limit is raised.
 var ErrMessageTooLarge = errors.New("store: message larger than the response limit")
 
 // PopKey is what pops must share to be served by one call of
-// queenside.pop_many: everything but their batch and number of partitions.
+// queenside.pop_from: everything but their batch and number of partitions.
 type PopKey struct {
 	Queue, Partition, Group, Mode string
 	From                          int64 // UnixNano of PopRequest.From; 0 for none
@@ -66,7 +71,7 @@ func (r PopRequest) Key() PopKey {
 	return k
 }
 
-// Pop delivers messages to a group in one transaction: see queenside.pop_many.
+// Pop delivers messages to a group in one transaction: see queenside.pop_from.
 // The result must fit in maxBytes once encoded; one that does not is taken
 // back (its leases withdrawn, or with auto-ack its transaction rolled back)
 // and the pop served again with fewer messages, so a result too large to
@@ -144,7 +149,7 @@ func isNoData(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "P0002"
 }
 
-// popOnce runs one call of pop_many in a transaction, and takes it back if
+// popOnce runs the pops' call (popCall) in a transaction, and takes it back if
 // a result's size bound is over maxBytes; it returns the results and their
 // bounds either way.
 func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([]protocol.PopResult, []int, error) {
@@ -189,46 +194,119 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	return res, sizes, nil
 }
 
-// popCall is one call of queenside.pop_many, for pops of one PopKey.
+// popCall is what serves pops of one PopKey: one call of
+// queenside.pop_from, or on Citus, when they name no partition, one a
+// shard holding partitions ready for them.
 type popCall struct {
-	reqs                []PopRequest
-	ids                 groupIDs
-	partition           *int64
-	leaseSeconds        *int
+	reqs         []PopRequest
+	ids          groupIDs
+	leaseSeconds *int
+	parts        []popPart
+}
+
+// popPart is one call of pop_from, serving the requests from first on.
+type popPart struct {
+	pids                []int64 // the partitions to choose among; nil: any of the group's
+	first               int
 	partitions, batches []int32
 }
 
-// newPopCall looks up (or creates) the group and partition the pops name.
+// newPopCall looks up (or creates) the group and partition the pops name,
+// and on Citus, for pops naming none, finds the partitions ready for them.
 func (s *Store) newPopCall(ctx context.Context, reqs []PopRequest) (*popCall, error) {
 	r := reqs[0]
-	c := &popCall{reqs: reqs, partitions: make([]int32, len(reqs)), batches: make([]int32, len(reqs))}
+	c := &popCall{reqs: reqs}
 	var err error
 	if c.ids, err = s.groupID(ctx, groupKey{r.Queue, r.Group}, r.Mode, r.From); err != nil {
 		return nil, err
+	}
+	if r.LeaseSeconds > 0 {
+		c.leaseSeconds = &r.LeaseSeconds
+	}
+	all := popPart{partitions: make([]int32, len(reqs)), batches: make([]int32, len(reqs))}
+	for i, q := range reqs {
+		all.partitions[i], all.batches[i] = int32(q.Partitions), int32(q.Batch)
 	}
 	if r.Partition != "" {
 		id, err := s.partitionID(ctx, partitionKey{r.Queue, r.Partition})
 		if err != nil {
 			return nil, err
 		}
-		c.partition = &id
+		all.pids = []int64{id}
+	} else if citus, err := s.onCitus(ctx); err != nil {
+		return nil, err
+	} else if citus {
+		c.parts, err = s.readyParts(ctx, c.ids.group, all)
+		return c, err
 	}
-	if r.LeaseSeconds > 0 {
-		c.leaseSeconds = &r.LeaseSeconds
-	}
-	for i, q := range reqs {
-		c.partitions[i], c.batches[i] = int32(q.Partitions), int32(q.Batch)
-	}
+	c.parts = []popPart{all}
 	return c, nil
 }
 
-func (c *popCall) queue(b *pgx.Batch) {
-	if len(c.reqs) == 1 && c.partitions[0] == 1 {
-		b.Queue(onePartitionSQL, c.ids.group, c.partition, c.batches[0], c.leaseSeconds, c.reqs[0].AutoAck)
-		return
+// readyParts splits the pops of all over the shards holding partitions
+// ready for them, found by an unlocked look across shards: the shard of
+// the oldest first. Each request is served from one shard (its leases then
+// lie on one, and so does its ack), the requests in order, a shard taking
+// them while it has candidates left. pop_from locks what it takes and
+// checks it again, so a candidate another pop took meanwhile is skipped;
+// twice the partitions asked for are looked for, to make up for those.
+func (s *Store) readyParts(ctx context.Context, group int64, all popPart) ([]popPart, error) {
+	want := 0
+	for _, n := range all.partitions {
+		want += int(n)
 	}
-	b.Queue(popSQL, c.ids.group, c.partition, pgtype.FlatArray[int32](c.partitions), pgtype.FlatArray[int32](c.batches),
-		c.leaseSeconds, c.reqs[0].AutoAck)
+	rows, err := s.pool.Query(ctx, readySQL, group, 2*want)
+	if err != nil {
+		return nil, fmt.Errorf("ready partitions: %w", err)
+	}
+	ready, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("ready partitions: %w", err)
+	}
+	if len(ready) == 0 {
+		return nil, nil
+	}
+	shards, err := s.shardsOf(ctx, ready)
+	if err != nil {
+		return nil, err
+	}
+	groups := byShard(shards)
+	// The shards in the order of their oldest candidate: a group's first
+	// position is its oldest.
+	slices.SortFunc(groups, func(a, b []int) int { return cmp.Compare(a[0], b[0]) })
+	var parts []popPart
+	next := 0 // the first request not yet given a shard
+	for _, g := range groups {
+		if next == len(all.partitions) {
+			break
+		}
+		part := popPart{pids: make([]int64, len(g)), first: next}
+		for k, i := range g {
+			part.pids[k] = ready[i]
+		}
+		for left := len(g); left > 0 && next < len(all.partitions); next++ {
+			part.partitions = append(part.partitions, all.partitions[next])
+			part.batches = append(part.batches, all.batches[next])
+			left -= int(all.partitions[next])
+		}
+		parts = append(parts, part)
+	}
+	return parts, nil
+}
+
+func (c *popCall) queue(b *pgx.Batch) {
+	for _, p := range c.parts {
+		if len(c.reqs) == 1 && p.partitions[0] == 1 && len(p.pids) <= 1 {
+			var partition *int64
+			if len(p.pids) == 1 {
+				partition = &p.pids[0]
+			}
+			b.Queue(onePartitionSQL, c.ids.group, partition, p.batches[0], c.leaseSeconds, c.reqs[0].AutoAck)
+			continue
+		}
+		b.Queue(popSQL, c.ids.group, optionalArray(p.pids), pgtype.FlatArray[int32](p.partitions),
+			pgtype.FlatArray[int32](p.batches), c.leaseSeconds, c.reqs[0].AutoAck)
+	}
 }
 
 // leases tells whether the call's pops lease what they deliver (the
@@ -238,14 +316,24 @@ func (c *popCall) leases() bool { return !c.reqs[0].AutoAck }
 // read reads the call's answer into each request's result, and returns the
 // results' size bounds.
 func (c *popCall) read(br pgx.BatchResults) ([]protocol.PopResult, []int, error) {
-	runs, err := readPop(br)
-	if err != nil {
-		return nil, nil, err
+	var all []popRun
+	for _, p := range c.parts {
+		runs, err := readPop(br)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := range runs {
+			if runs[i].request < 1 || int(runs[i].request) > len(p.partitions) {
+				return nil, nil, fmt.Errorf("answered request %d of %d", runs[i].request, len(p.partitions))
+			}
+			runs[i].request += int32(p.first)
+		}
+		all = append(all, runs...)
 	}
-	return assemble(runs, c.reqs, c.ids)
+	return assemble(all, c.reqs, c.ids)
 }
 
-// popRun is one row of queenside.pop_many: a run of one segment's
+// popRun is one row of queenside.pop_from: a run of one segment's
 // messages, for one request, with its partition's lease.
 type popRun struct {
 	request, order int32
@@ -292,22 +380,22 @@ func readPop(br pgx.BatchResults) ([]popRun, error) {
 // and returns each result's size bound.
 func assemble(runs []popRun, reqs []PopRequest, ids groupIDs) ([]protocol.PopResult, []int, error) {
 	slices.SortFunc(runs, func(a, b popRun) int {
-		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.first, b.first))
+		return cmp.Or(cmp.Compare(a.request, b.request), cmp.Compare(a.order, b.order), cmp.Compare(a.first, b.first))
 	})
 	res := make([]protocol.PopResult, len(reqs))
 	headerBytes := make([]int, len(reqs))
 	for i := range res {
 		res[i] = protocol.PopResult{Messages: []protocol.Message{}, Leases: []protocol.Lease{}}
 	}
-	lastOrder := int32(-1)
+	lastRequest, lastOrder := int32(-1), int32(-1)
 	var leaseID string
 	for _, u := range runs {
 		if u.request < 1 || int(u.request) > len(reqs) {
 			return nil, nil, fmt.Errorf("answered request %d of %d", u.request, len(reqs))
 		}
 		q, out := reqs[u.request-1], &res[u.request-1]
-		if u.order != lastOrder {
-			lastOrder, leaseID = u.order, ""
+		if u.request != lastRequest || u.order != lastOrder {
+			lastRequest, lastOrder, leaseID = u.request, u.order, ""
 			if u.lease != nil {
 				leaseID = leaseRef{group: ids.group, partition: u.partition, id: *u.lease}.String()
 				out.Leases = append(out.Leases, protocol.Lease{

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -57,12 +58,74 @@ func (s *Store) pushTx(ctx context.Context, msgs []Message) (out []Outcome, err 
 	return out, err
 }
 
+// push stores msgs: in one statement, its own transaction, when they lie
+// on one shard (always, on one PostgreSQL); otherwise by a call a shard in
+// one transaction.
 func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
-	call, err := s.newPushCall(ctx, msgs)
+	ids, shards, err := s.pushShards(ctx, msgs)
 	if err != nil {
 		return nil, err
 	}
-	return call.run(ctx, s.pool, msgs)
+	if len(shards) == 1 {
+		return pushThrough(ctx, s.pool, msgs, ids, shards)
+	}
+	var out []Outcome
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		out, err = pushThrough(ctx, tx, msgs, ids, shards)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("push: %w", err)
+	}
+	return out, nil
+}
+
+// pushShards returns the id of each message's partition, creating
+// partitions not yet made, and the positions of msgs grouped by the shard
+// of their partition, in shard order (see byShard).
+func (s *Store) pushShards(ctx context.Context, msgs []Message) ([]int64, [][]int, error) {
+	keys := make([]partitionKey, len(msgs))
+	for i := range msgs {
+		keys[i] = partitionKey{msgs[i].Queue, msgs[i].Partition}
+	}
+	known, err := s.partitionIDs(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := make([]int64, len(msgs))
+	for i, k := range keys {
+		ids[i] = known[k]
+	}
+	shards, err := s.shardsOf(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ids, byShard(shards), nil
+}
+
+// pushThrough stores msgs through q, the pool or a transaction: one call
+// of queenside.push a shard, in shard order (q is a transaction when there
+// are several). A shard's messages keep their order, and a partition's are
+// all on its shard, so the outcomes are those of one call.
+func pushThrough(ctx context.Context, q querier, msgs []Message, ids []int64, shards [][]int) ([]Outcome, error) {
+	out := make([]Outcome, len(msgs))
+	for _, positions := range shards {
+		part, partIDs := msgs, ids
+		if len(shards) > 1 {
+			part, partIDs = make([]Message, len(positions)), make([]int64, len(positions))
+			for k, i := range positions {
+				part[k], partIDs[k] = msgs[i], ids[i]
+			}
+		}
+		res, err := newPushCall(part, partIDs).run(ctx, q, part)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range positions {
+			out[i] = res[k]
+		}
+	}
+	return out, nil
 }
 
 // run stores the call's messages through q: the pool, where the statement
@@ -90,20 +153,10 @@ type pushCall struct {
 	leaders []int32 // see queenside.push; nil when nothing repeats
 }
 
-func (s *Store) newPushCall(ctx context.Context, msgs []Message) (*pushCall, error) {
+// newPushCall lays msgs out for a call, partition[i] being the id of
+// msgs[i]'s partition.
+func newPushCall(msgs []Message, partition []int64) *pushCall {
 	n := len(msgs)
-	keys := make([]partitionKey, n)
-	for i := range msgs {
-		keys[i] = partitionKey{msgs[i].Queue, msgs[i].Partition}
-	}
-	known, err := s.partitionIDs(ctx, keys)
-	if err != nil {
-		return nil, err
-	}
-	partition := make([]int64, n)
-	for i, k := range keys {
-		partition[i] = known[k]
-	}
 	c := &pushCall{order: make([]int, n), slots: make([]int32, n), hashes: make([][16]byte, n)}
 	for i := range c.order {
 		c.order[i] = i
@@ -140,7 +193,7 @@ func (s *Store) newPushCall(ctx context.Context, msgs []Message) (*pushCall, err
 			c.leaders[j] = lead
 		}
 	}
-	return c, nil
+	return c
 }
 
 func (c *pushCall) args(msgs []Message) []any {

@@ -22,36 +22,34 @@ func scanOptions(o *protocol.QueueOptions) []any {
 }
 
 // Configure replaces every option of a queue, creating it if needed, and
-// returns the options now in force. A change of consumptionPaused or
-// encryptPayloads is announced to every sidecar (ControlPayload), in the
-// same transaction.
+// returns the options now in force. It is announced to every sidecar
+// (ControlPayload) in the same transaction, which then reads the queues'
+// consumptionPaused and encryptPayloads again. The announcement is its own
+// statement, on no table: on Citus a statement on a table may run on
+// another node, where no sidecar listens.
 func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOptions) (protocol.QueueOptions, error) {
 	var got protocol.QueueOptions
-	err := s.pool.QueryRow(ctx, `
-		WITH before AS (SELECT consumption_paused, encrypt_payloads FROM queenside.queues WHERE name = $1),
-		done AS (
-			INSERT INTO queenside.queues (name, `+optionColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (name) DO UPDATE SET
-				lease_seconds = excluded.lease_seconds,
-				retry_limit = excluded.retry_limit,
-				dedup_window_seconds = excluded.dedup_window_seconds,
-				retention_seconds = excluded.retention_seconds,
-				completed_retention_seconds = excluded.completed_retention_seconds,
-				delay_seconds = excluded.delay_seconds,
-				consumption_paused = excluded.consumption_paused,
-				encrypt_payloads = excluded.encrypt_payloads,
-				max_deliveries = excluded.max_deliveries
-			RETURNING `+optionColumns+`)
-		SELECT `+optionColumns+`,
-		       (SELECT count(*) FROM (SELECT pg_notify('`+WakeChannel+`', '`+ControlPayload+`')
-		                               WHERE coalesce((SELECT consumption_paused FROM before), false) <> $8
-		                                  OR coalesce((SELECT encrypt_payloads FROM before), false) <> $9) n)
-		  FROM done`,
+	var b pgx.Batch
+	b.Queue(`
+		INSERT INTO queenside.queues (name, `+optionColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (name) DO UPDATE SET
+			lease_seconds = excluded.lease_seconds,
+			retry_limit = excluded.retry_limit,
+			dedup_window_seconds = excluded.dedup_window_seconds,
+			retention_seconds = excluded.retention_seconds,
+			completed_retention_seconds = excluded.completed_retention_seconds,
+			delay_seconds = excluded.delay_seconds,
+			consumption_paused = excluded.consumption_paused,
+			encrypt_payloads = excluded.encrypt_payloads,
+			max_deliveries = excluded.max_deliveries
+		RETURNING `+optionColumns,
 		queue, o.LeaseSeconds, o.RetryLimit, o.DedupWindowSeconds,
 		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, o.ConsumptionPaused, o.EncryptPayloads, o.MaxDeliveries,
-	).Scan(append(scanOptions(&got), new(int64))...)
-	if err != nil {
+	).QueryRow(func(row pgx.Row) error { return row.Scan(scanOptions(&got)...) })
+	b.Queue("SELECT pg_notify($1, $2)", WakeChannel, ControlPayload)
+	// One batch is one transaction.
+	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return got, fmt.Errorf("configure %s: %w", queue, err)
 	}
 	return got, nil
@@ -115,13 +113,24 @@ func (s *Store) Stats(ctx context.Context, queue string) (protocol.StatsResult, 
 	return res, s.addGroupStats(ctx, queueID, &res, byName)
 }
 
+// cursorPosition is where cursor c of group g stands in partition p, as
+// the management reads show it: a cursor not positioned yet stands at the
+// partition's end while its subscription is ahead, and once it has begun,
+// at the first message committed since, where the group's next pop
+// positions it. A look-up of the partition's segments, not a call of
+// first_offset_at: on Citus a function that reads a distributed table
+// cannot be called inside a read of one (SCALING.md, section 4, R6).
+const cursorPosition = `CASE WHEN c.committed IS NOT NULL THEN c.committed
+	WHEN g.start_at > now() THEN p.next_offset
+	ELSE coalesce((SELECT s.base_offset FROM queenside.segments s
+	                WHERE s.partition_id = c.partition_id AND (g.start_at IS NULL OR s.committed_at >= g.start_at)
+	                ORDER BY s.last_offset LIMIT 1), p.next_offset) END`
+
 // addGroupStats adds each group's cursor, lag and lease to the partitions.
 // A cursor the group has not used yet stands where its subscription starts.
 func (s *Store) addGroupStats(ctx context.Context, queueID int64, res *protocol.StatsResult, byName map[string]int) error {
 	rows, err := s.pool.Query(ctx, `
-		SELECT p.name, g.name,
-		       coalesce(c.committed, queenside.first_offset_at(c.partition_id, g.start_at)) AS cur,
-		       p.next_offset,
+		SELECT p.name, g.name, `+cursorPosition+` AS cur, p.next_offset,
 		       c.lease_id IS NOT NULL AND c.lease_expires_at > now()
 		  FROM queenside.cursors c
 		  JOIN queenside.groups g ON g.id = c.group_id

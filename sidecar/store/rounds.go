@@ -20,10 +20,11 @@ import (
 // group commit (sidecar/groupcommit): what waits while a round runs goes
 // into the next, one transaction, so that consumers asking at about the
 // same moment share one commit, one round trip and each statement's fixed
-// cost. A round applies all its acks first, in one call of ack_call, then
-// serves its pops, one call of pop_many per PopKey, so that a pop sees what
-// the acks freed: an ack that carries its consumer's next pop (AckPop) is
-// answered as if the two came one after the other.
+// cost. A round applies all its acks first, in one call of ack_call (one
+// a shard on Citus), then serves its pops, one call of pop_from per PopKey
+// (on Citus, per key and shard), so that a pop sees what the acks freed:
+// an ack that carries its consumer's next pop (AckPop) is answered as if
+// the two came one after the other.
 //
 // Fusing changes no outcome: pops of one key get partitions in the order
 // they arrived, exactly as one after the other; ack calls that name the
@@ -229,7 +230,7 @@ func (s *Store) runAlone(j *roundJob) {
 	}
 	if len(j.acks) > 0 {
 		r.err = againIfAborted(j.ctx, func() (err error) {
-			r.ack, err = ackThrough(j.ctx, s.pool, j.acks)
+			r.ack, err = s.ack(j.ctx, j.acks)
 			return err
 		})
 	}
@@ -289,7 +290,10 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 		}
 		g.call = c
 	}
-	ack, ackRes := newAckCall(ackItems)
+	acks, ackRes, err := s.newAckCalls(ctx, ackItems)
+	if err != nil {
+		return nil, err
+	}
 
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -301,8 +305,8 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	committed := true
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	if len(ack.sent) > 0 {
-		b.Queue(ackSQL, ack.args(ackItems)...)
+	for _, c := range acks {
+		b.Queue(ackSQL, c.args(ackItems)...)
 	}
 	for _, g := range groups {
 		g.call.queue(&b)
@@ -318,15 +322,16 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 		if _, err := br.Exec(); err != nil { // BEGIN
 			return err
 		}
-		if len(ack.sent) > 0 {
+		for _, c := range acks {
 			rows, err := br.Query()
 			if err != nil {
 				return fmt.Errorf("ack: %w", err)
 			}
-			if ackRes, err = ack.finish(rows, ackRes); err != nil {
+			if ackRes, err = c.finish(rows, ackRes); err != nil {
 				return err
 			}
 		}
+		ackRes = sortLeases(ackRes, len(acks))
 		for _, g := range groups {
 			res, sizes, err := g.call.read(br)
 			if err != nil {

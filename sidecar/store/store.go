@@ -29,6 +29,7 @@ type Store struct {
 	log       hclog.Logger
 	parts     idCache[partitionKey, int64]
 	groups    idCache[groupKey, groupIDs]
+	layout    layout
 	trips     *roundTrips
 	pushes    *groupcommit.Scheduler[*pushJob]  // group commit of pushes
 	rounds    *groupcommit.Scheduler[*roundJob] // of pops and acks

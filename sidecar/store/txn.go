@@ -64,10 +64,11 @@ func (s *Store) Transaction(ctx context.Context, acks []protocol.AckItem, msgs [
 
 func (s *Store) transaction(ctx context.Context, acks []protocol.AckItem, msgs []Message) (protocol.AckResult, []Outcome, error) {
 	ackRes := protocol.AckResult{Results: []protocol.AckItemResult{}, Leases: []protocol.LeaseState{}}
-	var call *pushCall
+	var ids []int64
+	var shards [][]int
 	if len(msgs) > 0 {
 		var err error
-		if call, err = s.newPushCall(ctx, msgs); err != nil {
+		if ids, shards, err = s.pushShards(ctx, msgs); err != nil {
 			return ackRes, nil, err
 		}
 	}
@@ -77,13 +78,13 @@ func (s *Store) transaction(ctx context.Context, acks []protocol.AckItem, msgs [
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	var outcomes []Outcome
-	if call != nil {
-		if outcomes, err = call.run(ctx, tx, msgs); err != nil {
+	if len(msgs) > 0 {
+		if outcomes, err = pushThrough(ctx, tx, msgs, ids, shards); err != nil {
 			return ackRes, nil, err
 		}
 	}
 	if len(acks) > 0 {
-		if ackRes, err = ackThrough(ctx, tx, acks); err != nil {
+		if ackRes, err = s.ackThrough(ctx, tx, acks); err != nil {
 			return ackRes, nil, err
 		}
 		for _, r := range ackRes.Results {
