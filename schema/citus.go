@@ -118,6 +118,54 @@ func Distribute(ctx context.Context, conn *pgx.Conn, shardCount int) error {
 			return fmt.Errorf("distribute: %s: %w", f, err)
 		}
 	}
+	return distributeFunctions(ctx, conn)
+}
+
+// RouteArgument names the first argument of a function a call of which
+// Citus sends whole to the worker of one shard: a partition id of that
+// shard, by which the call is routed (create_distributed_function's
+// distribution argument, co-located with partitions).
+const RouteArgument = "p_route"
+
+// distributeFunctions makes every function of the schema one Citus keeps
+// on every node, so that a call run on a worker finds the functions it
+// calls there, and routes by RouteArgument the functions that take it.
+// Each is skipped once done.
+func distributeFunctions(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, `
+		SELECT p.oid::regprocedure::text, coalesce(p.proargnames[1] = $2, false),
+		       o.objid IS NOT NULL AND (o.distribution_argument_index IS NOT NULL) = coalesce(p.proargnames[1] = $2, false)
+		  FROM pg_proc p
+		  LEFT JOIN pg_catalog.pg_dist_object o ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid
+		 WHERE p.pronamespace = $1::regnamespace
+		 ORDER BY 1`, Name, RouteArgument)
+	if err != nil {
+		return fmt.Errorf("distribute: functions: %w", err)
+	}
+	type function struct {
+		signature    string
+		routed, done bool
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (function, error) {
+		var f function
+		return f, r.Scan(&f.signature, &f.routed, &f.done)
+	})
+	if err != nil {
+		return fmt.Errorf("distribute: functions: %w", err)
+	}
+	for _, f := range fs {
+		if f.done {
+			continue
+		}
+		sql, args := "SELECT create_distributed_function($1::regprocedure)", []any{f.signature}
+		if f.routed {
+			sql = "SELECT create_distributed_function($1::regprocedure, $2, colocate_with := $3)"
+			args = append(args, RouteArgument, Name+"."+CitusDistributed[0])
+		}
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("distribute %s: %w%s", f.signature, err, detail(err))
+		}
+	}
 	return nil
 }
 

@@ -225,11 +225,17 @@ func TestPushPastItsDeadlineThenRetried(t *testing.T) {
 	mustPush(t, c, item(t, "q", "p", "first", 1))
 	// Hold the partition's row lock so the next push has to wait for it.
 	ctx := testContext(t)
+	var id int64
+	if err := ts.pool.QueryRow(ctx, "SELECT id FROM queenside.partition_names WHERE name = 'p'").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := ts.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT 1 FROM queenside.partitions WHERE name = 'p' FOR UPDATE"); err != nil {
+	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op once rolled back
+	// By its id: on Citus a lock must name the rows' shard.
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM queenside.partitions WHERE id = $1 FOR UPDATE", id); err != nil {
 		t.Fatal(err)
 	}
 	r := dialRaw(t, ts.socket)

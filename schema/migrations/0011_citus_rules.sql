@@ -307,7 +307,7 @@ BEGIN
 END;
 $function$;
 
-CREATE OR REPLACE FUNCTION queenside.push(p_ids bigint[], p_starts integer[], p_counts integer[], p_slots integer[], p_hashes uuid[], p_leaders integer[], p_message_ids uuid[], p_transaction_ids text[], p_payloads bytea[], p_trace_ids text[], p_headers bytea[], OUT committed_at timestamp with time zone, OUT bases bigint[], OUT dedup_on boolean[], OUT dup_positions integer[], OUT dup_offsets bigint[], OUT dup_message_ids uuid[], OUT dup_committed_at timestamp with time zone[])
+CREATE OR REPLACE FUNCTION queenside.push(p_route bigint, p_ids bigint[], p_starts integer[], p_counts integer[], p_slots integer[], p_hashes uuid[], p_leaders integer[], p_message_ids uuid[], p_transaction_ids text[], p_payloads bytea[], p_trace_ids text[], p_headers bytea[], OUT committed_at timestamp with time zone, OUT bases bigint[], OUT dedup_on boolean[], OUT dup_positions integer[], OUT dup_offsets bigint[], OUT dup_message_ids uuid[], OUT dup_committed_at timestamp with time zone[])
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -316,6 +316,9 @@ CREATE OR REPLACE FUNCTION queenside.push(p_ids bigint[], p_starts integer[], p_
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
+    -- p_route: on Citus, a partition of the call's shard (every partition
+    -- of the call is on it), by which the call is sent to that shard's
+    -- worker (schema.Distribute); NULL on one PostgreSQL.
     n       integer := cardinality(p_hashes);
     v_clock timestamptz := clock_timestamp();
     v_at    timestamptz;
@@ -435,7 +438,25 @@ BEGIN
 
     -- Wake the pops waiting on these queues, on every sidecar. Delivered
     -- at commit; identical notifications of one transaction fold into one.
-    PERFORM queenside.wake(w) FROM unnest(v_queues) AS w;
+    -- A call routed to its shard (p_route, on Citus) may run on a worker,
+    -- where no sidecar listens: its caller wakes them, on the coordinator,
+    -- once the call committed.
+    IF p_route IS NULL THEN
+        PERFORM queenside.wake(w) FROM unnest(v_queues) AS w;
+    END IF;
+END;
+$function$;
+
+-- push as version 10 calls it, for its sidecars while pods are upgraded
+-- (the upgrade rule, schema/migrate.go).
+CREATE OR REPLACE FUNCTION queenside.push(p_ids bigint[], p_starts integer[], p_counts integer[], p_slots integer[], p_hashes uuid[], p_leaders integer[], p_message_ids uuid[], p_transaction_ids text[], p_payloads bytea[], p_trace_ids text[], p_headers bytea[], OUT committed_at timestamp with time zone, OUT bases bigint[], OUT dedup_on boolean[], OUT dup_positions integer[], OUT dup_offsets bigint[], OUT dup_message_ids uuid[], OUT dup_committed_at timestamp with time zone[])
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    SELECT * INTO committed_at, bases, dedup_on, dup_positions, dup_offsets, dup_message_ids, dup_committed_at
+      FROM queenside.push(NULL::bigint, p_ids, p_starts, p_counts, p_slots, p_hashes, p_leaders, p_message_ids,
+                          p_transaction_ids, p_payloads, p_trace_ids, p_headers);
 END;
 $function$;
 

@@ -63,7 +63,7 @@ func dropDatabase(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if h.cluster != nil {
-		return onEveryServer(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+		return dropOnEveryNode(ctx, name)
 	}
 	_, err := h.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
 	var pgErr *pgconn.PgError
@@ -238,6 +238,25 @@ func onEveryServer(ctx context.Context, sql string) error {
 		}
 	}
 	return nil
+}
+
+// dropOnEveryNode drops name on every node of the cluster. A node's
+// sessions in it (Citus's daemon, the coordinator's connections closing)
+// are ended first, and the drop is tried again while one is still there.
+func dropOnEveryNode(ctx context.Context, name string) error {
+	var err error
+	for try := 0; try < 10; try++ {
+		if err = onEveryServer(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "+literal(name)); err != nil {
+			return err
+		}
+		err = onEveryServer(ctx, "DROP DATABASE IF EXISTS "+ident(name)+" WITH (FORCE)")
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
 }
 
 func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -36,6 +37,10 @@ type Options struct {
 	// ("queenside/<sidecar id>"), so that an operator, and the dashboard's
 	// cluster page, can tell the sidecars apart. "" is "queenside".
 	ApplicationName string
+	// OnNotice, when set, receives the notices the server sends the
+	// pool's connections: diagnostics, such as what a Citus coordinator
+	// sends its workers under citus.log_remote_commands.
+	OnNotice func(*pgconn.Notice)
 }
 
 const (
@@ -62,12 +67,13 @@ type connPlan struct {
 	pool       int    // connections of the pool
 	sessionURL string
 	listenURL  string // "" for none
+	onNotice   func(*pgconn.Notice)
 	mode       pgx.QueryExecMode
 	modeGiven  bool // by the options or the URL: leave the URL's alone
 }
 
 func (o Options) plan() (connPlan, error) {
-	p := connPlan{name: o.ApplicationName, sessionURL: o.SessionURL, listenURL: o.ListenURL}
+	p := connPlan{name: o.ApplicationName, sessionURL: o.SessionURL, listenURL: o.ListenURL, onNotice: o.OnNotice}
 	if p.name == "" {
 		p.name = applicationName
 	}
@@ -124,6 +130,9 @@ var queryExecModes = map[string]pgx.QueryExecMode{
 // apply sets the pool's size, exec mode and application name.
 func (p connPlan) apply(cfg *pgxpool.Config) {
 	cfg.MaxConns = int32(p.pool)
+	if p.onNotice != nil {
+		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { p.onNotice(n) }
+	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = p.name
 	if !p.modeGiven {
 		cfg.ConnConfig.DefaultQueryExecMode = p.mode

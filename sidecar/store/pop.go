@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/queenside/queenside/protocol"
@@ -165,7 +167,8 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	// BEGIN and COMMIT travel with the pop: one round trip. A pop that
 	// acks as it goes moves cursors that cannot be moved back, so it
 	// commits only once its results are known to fit (a second round trip).
-	committed := c.leases()
+	// On Citus a call may take passes: the transaction ends after them.
+	committed := c.leases() && c.final()
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	c.queue(&b)
@@ -174,13 +177,20 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	}
 	br := conn.SendBatch(ctx, &b)
 	_, err = br.Exec()
-	var res []protocol.PopResult
-	var sizes []int
+	var more bool
 	if err == nil {
-		res, sizes, err = c.read(br)
+		more, err = c.readPass(br)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && more {
+		err = morePasses(ctx, conn, []*popCall{c})
+	}
+	var res []protocol.PopResult
+	var sizes []int
+	if err == nil {
+		res, sizes, err = c.results()
 	}
 	tooLarge := err == nil && slices.Max(sizes) > maxBytes
 	if err := settle(ctx, conn, committed, !tooLarge, err); err != nil {
@@ -194,28 +204,68 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	return res, sizes, nil
 }
 
+// morePasses serves, inside the transaction on conn, the passes that
+// follow the first of calls which have more (see popCall.assign): the next
+// pass of each in one round trip, until none has more.
+func morePasses(ctx context.Context, conn *pgxpool.Conn, calls []*popCall) error {
+	for len(calls) > 0 {
+		var b pgx.Batch
+		for _, c := range calls {
+			c.queue(&b)
+		}
+		br := conn.SendBatch(ctx, &b)
+		var next []*popCall
+		var err error
+		for _, c := range calls {
+			var more bool
+			if more, err = c.readPass(br); err != nil {
+				break
+			}
+			if more {
+				next = append(next, c)
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		calls = next
+	}
+	return nil
+}
+
 // popCall is what serves pops of one PopKey: one call of
-// queenside.pop_from, or on Citus, when they name no partition, one a
-// shard holding partitions ready for them.
+// queenside.pop_from, or on Citus, when they name no partition, a call a
+// shard that holds partitions ready for them, in passes (see assign).
 type popCall struct {
 	reqs         []PopRequest
 	ids          groupIDs
 	leaseSeconds *int
-	parts        []popPart
+	parts        []popPart   // the calls of the pass to come
+	pending      [][]int64   // on Citus: the ready partitions of the shards not looked at yet, oldest first
+	sharded      bool        // pending holds the ready partitions of shards
+	left         []popBudget // what each request may still be served
+	runs         []popRun    // what was read
+	pass         int32
 }
 
-// popPart is one call of pop_from, serving the requests from first on.
+// popPart is one call of pop_from, for some of the requests.
 type popPart struct {
 	pids                []int64 // the partitions to choose among; nil: any of the group's
-	first               int
+	reqs                []int   // the requests it serves, indexes into popCall.reqs
 	partitions, batches []int32
 }
+
+// popBudget is what a request may still be served: partitions, messages.
+type popBudget struct{ partitions, messages int }
 
 // newPopCall looks up (or creates) the group and partition the pops name,
 // and on Citus, for pops naming none, finds the partitions ready for them.
 func (s *Store) newPopCall(ctx context.Context, reqs []PopRequest) (*popCall, error) {
 	r := reqs[0]
-	c := &popCall{reqs: reqs}
+	c := &popCall{reqs: reqs, left: make([]popBudget, len(reqs))}
 	var err error
 	if c.ids, err = s.groupID(ctx, groupKey{r.Queue, r.Group}, r.Mode, r.From); err != nil {
 		return nil, err
@@ -223,37 +273,40 @@ func (s *Store) newPopCall(ctx context.Context, reqs []PopRequest) (*popCall, er
 	if r.LeaseSeconds > 0 {
 		c.leaseSeconds = &r.LeaseSeconds
 	}
-	all := popPart{partitions: make([]int32, len(reqs)), batches: make([]int32, len(reqs))}
 	for i, q := range reqs {
-		all.partitions[i], all.batches[i] = int32(q.Partitions), int32(q.Batch)
+		c.left[i] = popBudget{q.Partitions, q.Batch}
 	}
+	var pids []int64
 	if r.Partition != "" {
 		id, err := s.partitionID(ctx, partitionKey{r.Queue, r.Partition})
 		if err != nil {
 			return nil, err
 		}
-		all.pids = []int64{id}
+		pids = []int64{id}
 	} else if citus, err := s.onCitus(ctx); err != nil {
 		return nil, err
 	} else if citus {
-		c.parts, err = s.readyParts(ctx, c.ids.group, all)
-		return c, err
+		if c.pending, err = s.readyByShard(ctx, c.ids.group, reqs); err != nil {
+			return nil, err
+		}
+		c.sharded = true
+		c.assign()
+		return c, nil
 	}
-	c.parts = []popPart{all}
+	c.pending = [][]int64{pids}
+	c.assign()
 	return c, nil
 }
 
-// readyParts splits the pops of all over the shards holding partitions
-// ready for them, found by an unlocked look across shards: the shard of
-// the oldest first. Each request is served from one shard (its leases then
-// lie on one, and so does its ack), the requests in order, a shard taking
-// them while it has candidates left. pop_from locks what it takes and
-// checks it again, so a candidate another pop took meanwhile is skipped;
-// twice the partitions asked for are looked for, to make up for those.
-func (s *Store) readyParts(ctx context.Context, group int64, all popPart) ([]popPart, error) {
+// readyByShard finds the partitions ready for the pops, without locking
+// any, by a look across shards, and groups them by shard, the shard of the
+// oldest first. pop_from locks what it takes and checks it again, so one
+// another pop took meanwhile is skipped; twice the partitions asked for
+// are looked for, to make up for those.
+func (s *Store) readyByShard(ctx context.Context, group int64, reqs []PopRequest) ([][]int64, error) {
 	want := 0
-	for _, n := range all.partitions {
-		want += int(n)
+	for _, r := range reqs {
+		want += r.Partitions
 	}
 	rows, err := s.pool.Query(ctx, readySQL, group, 2*want)
 	if err != nil {
@@ -263,36 +316,59 @@ func (s *Store) readyParts(ctx context.Context, group int64, all popPart) ([]pop
 	if err != nil {
 		return nil, fmt.Errorf("ready partitions: %w", err)
 	}
-	if len(ready) == 0 {
-		return nil, nil
-	}
 	shards, err := s.shardsOf(ctx, ready)
 	if err != nil {
 		return nil, err
 	}
 	groups := byShard(shards)
-	// The shards in the order of their oldest candidate: a group's first
-	// position is its oldest.
+	// A group's first position is its oldest partition.
 	slices.SortFunc(groups, func(a, b []int) int { return cmp.Compare(a[0], b[0]) })
-	var parts []popPart
-	next := 0 // the first request not yet given a shard
-	for _, g := range groups {
-		if next == len(all.partitions) {
-			break
+	out := make([][]int64, len(groups))
+	for g, positions := range groups {
+		for _, i := range positions {
+			out[g] = append(out[g], ready[i])
 		}
-		part := popPart{pids: make([]int64, len(g)), first: next}
-		for k, i := range g {
-			part.pids[k] = ready[i]
-		}
-		for left := len(g); left > 0 && next < len(all.partitions); next++ {
-			part.partitions = append(part.partitions, all.partitions[next])
-			part.batches = append(part.batches, all.batches[next])
-			left -= int(all.partitions[next])
-		}
-		parts = append(parts, part)
 	}
-	return parts, nil
+	return out, nil
 }
+
+// assign makes the calls of the next pass: the requests that may still be
+// served take, in order, the shards not looked at yet, each shard as many
+// requests as it has partitions for, each request one shard in the pass.
+// On one PostgreSQL, or for a named partition, there is one pass of one
+// call. On Citus a request is served by the shard of the oldest partition
+// ready first, and by more shards only while that leaves it wanting: its
+// leases, and so its ack, then mostly lie on one shard; no lock is taken
+// on two shards by one statement; and one transaction serves the round.
+func (c *popCall) assign() {
+	c.parts = nil
+	var wanting []int
+	for i, b := range c.left {
+		if b.partitions > 0 && b.messages > 0 {
+			wanting = append(wanting, i)
+		}
+	}
+	for next := 0; len(c.pending) > 0 && next < len(wanting); {
+		part := popPart{pids: c.pending[0]}
+		c.pending = c.pending[1:]
+		room := len(part.pids)
+		if !c.sharded {
+			room = math.MaxInt // every request, in one call
+		}
+		for ; room > 0 && next < len(wanting); next++ {
+			i := wanting[next]
+			part.reqs = append(part.reqs, i)
+			part.partitions = append(part.partitions, int32(c.left[i].partitions))
+			part.batches = append(part.batches, int32(c.left[i].messages))
+			room -= c.left[i].partitions
+		}
+		c.parts = append(c.parts, part)
+	}
+}
+
+// final tells whether the pass to come is the last: then the transaction
+// may end with it.
+func (c *popCall) final() bool { return len(c.pending) == 0 }
 
 func (c *popCall) queue(b *pgx.Batch) {
 	for _, p := range c.parts {
@@ -309,28 +385,46 @@ func (c *popCall) queue(b *pgx.Batch) {
 	}
 }
 
+// readPass reads the answer of the pass's calls, and makes the next pass
+// (assign); more tells whether there is one.
+func (c *popCall) readPass(br pgx.BatchResults) (more bool, err error) {
+	c.pass++
+	for _, p := range c.parts {
+		runs, err := readPop(br)
+		if err != nil {
+			return false, err
+		}
+		served := map[int32]bool{}
+		for i := range runs {
+			u := &runs[i]
+			if u.request < 1 || int(u.request) > len(p.reqs) {
+				return false, fmt.Errorf("answered request %d of %d", u.request, len(p.reqs))
+			}
+			u.request = int32(p.reqs[u.request-1] + 1)
+			// Serve orders count from 1 in each call: a pass's come after
+			// those of the passes before.
+			u.order += c.pass << 20
+			b := &c.left[u.request-1]
+			if !served[u.order] {
+				served[u.order] = true
+				b.partitions--
+			}
+			b.messages -= len(u.mids)
+		}
+		c.runs = append(c.runs, runs...)
+	}
+	c.assign()
+	return len(c.parts) > 0, nil
+}
+
 // leases tells whether the call's pops lease what they deliver (the
 // cursors stay put until acked), rather than ack it at once.
 func (c *popCall) leases() bool { return !c.reqs[0].AutoAck }
 
-// read reads the call's answer into each request's result, and returns the
-// results' size bounds.
-func (c *popCall) read(br pgx.BatchResults) ([]protocol.PopResult, []int, error) {
-	var all []popRun
-	for _, p := range c.parts {
-		runs, err := readPop(br)
-		if err != nil {
-			return nil, nil, err
-		}
-		for i := range runs {
-			if runs[i].request < 1 || int(runs[i].request) > len(p.partitions) {
-				return nil, nil, fmt.Errorf("answered request %d of %d", runs[i].request, len(p.partitions))
-			}
-			runs[i].request += int32(p.first)
-		}
-		all = append(all, runs...)
-	}
-	return assemble(all, c.reqs, c.ids)
+// results turns what the passes read into each request's result, and
+// returns the results' size bounds.
+func (c *popCall) results() ([]protocol.PopResult, []int, error) {
+	return assemble(c.runs, c.reqs, c.ids)
 }
 
 // popRun is one row of queenside.pop_from: a run of one segment's

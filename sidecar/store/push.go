@@ -41,7 +41,7 @@ func TransactionHash(transactionID string) uuid.UUID {
 }
 
 const pushSQL = `SELECT committed_at, bases, dedup_on, dup_positions, dup_offsets, dup_message_ids, dup_committed_at
-FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 // pushTx stores msgs in one PostgreSQL transaction, one statement, and
 // returns an outcome per message in order. Either every message is decided
@@ -55,6 +55,9 @@ func (s *Store) pushTx(ctx context.Context, msgs []Message) (out []Outcome, err 
 		}
 		return err
 	})
+	if err == nil {
+		s.wakeRouted(msgs)
+	}
 	return out, err
 }
 
@@ -67,11 +70,11 @@ func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 		return nil, err
 	}
 	if len(shards) == 1 {
-		return pushThrough(ctx, s.pool, msgs, ids, shards)
+		return pushThrough(ctx, s.pool, msgs, ids, shards, s.routed())
 	}
 	var out []Outcome
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-		out, err = pushThrough(ctx, tx, msgs, ids, shards)
+		out, err = pushThrough(ctx, tx, msgs, ids, shards, s.routed())
 		return err
 	})
 	if err != nil {
@@ -106,8 +109,10 @@ func (s *Store) pushShards(ctx context.Context, msgs []Message) ([]int64, [][]in
 // pushThrough stores msgs through q, the pool or a transaction: one call
 // of queenside.push a shard, in shard order (q is a transaction when there
 // are several). A shard's messages keep their order, and a partition's are
-// all on its shard, so the outcomes are those of one call.
-func pushThrough(ctx context.Context, q querier, msgs []Message, ids []int64, shards [][]int) ([]Outcome, error) {
+// all on its shard, so the outcomes are those of one call. A call routed
+// to its shard's worker (Citus) notifies no one: the caller wakes the
+// queues once it committed (wakeRouted).
+func pushThrough(ctx context.Context, q querier, msgs []Message, ids []int64, shards [][]int, routed bool) ([]Outcome, error) {
 	out := make([]Outcome, len(msgs))
 	for _, positions := range shards {
 		part, partIDs := msgs, ids
@@ -117,7 +122,11 @@ func pushThrough(ctx context.Context, q querier, msgs []Message, ids []int64, sh
 				part[k], partIDs[k] = msgs[i], ids[i]
 			}
 		}
-		res, err := newPushCall(part, partIDs).run(ctx, q, part)
+		call := newPushCall(part, partIDs)
+		if routed {
+			call.route = &call.ids[0]
+		}
+		res, err := call.run(ctx, q, part)
 		if err != nil {
 			return nil, err
 		}
@@ -144,6 +153,7 @@ func (c *pushCall) run(ctx context.Context, q querier, msgs []Message) ([]Outcom
 // partition, in id order, each partition's in their original order, so
 // that each partition's segment is a slice of the input arrays.
 type pushCall struct {
+	route   *int64  // a partition of the call's shard, by which Citus routes it; nil on one PostgreSQL
 	order   []int   // call position (from 0) -> index in the caller's slice
 	ids     []int64 // distinct partitions, in id order
 	starts  []int32 // first call position (from 1) of each partition's run
@@ -221,7 +231,7 @@ func (c *pushCall) args(msgs []Message) []any {
 			headers[j] = m.Headers
 		}
 	}
-	return []any{c.ids, c.starts, c.counts, c.slots, c.hashes, c.leaders, ids, txids,
+	return []any{c.route, c.ids, c.starts, c.counts, c.slots, c.hashes, c.leaders, ids, txids,
 		pgtype.FlatArray[[]byte](payloads), optionalArray(traces), optionalArray(headers)}
 }
 

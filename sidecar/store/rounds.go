@@ -301,7 +301,8 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	}
 	defer conn.Release()
 	// BEGIN and COMMIT travel with the calls: a round is one round trip,
-	// unless a pop acks as it goes (see popOnce).
+	// unless a pop acks as it goes (see popOnce) or, on Citus, takes more
+	// than one pass (popCall.assign).
 	committed := true
 	var b pgx.Batch
 	b.Queue("BEGIN")
@@ -310,7 +311,7 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	}
 	for _, g := range groups {
 		g.call.queue(&b)
-		committed = committed && g.call.leases()
+		committed = committed && g.call.leases() && g.call.final()
 	}
 	if committed {
 		b.Queue("COMMIT")
@@ -318,6 +319,7 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	br := conn.SendBatch(ctx, &b)
 	answers := make([]roundResult, len(jobs))
 	tooLarge := false
+	var passes []*popCall // with passes to come (on Citus)
 	err = func() error {
 		if _, err := br.Exec(); err != nil { // BEGIN
 			return err
@@ -333,24 +335,41 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 		}
 		ackRes = sortLeases(ackRes, len(acks))
 		for _, g := range groups {
-			res, sizes, err := g.call.read(br)
+			more, err := g.call.readPass(br)
 			if err != nil {
 				return fmt.Errorf("pop %s: %w", g.reqs[0].Queue, err)
 			}
-			for n, i := range g.jobs {
-				to := len(g.reqs)
-				if n+1 < len(g.first) {
-					to = g.first[n+1]
-				}
-				answers[i].pops = res[g.first[n]:to]
-				answers[i].popErrs = make([]error, to-g.first[n])
-				tooLarge = tooLarge || slices.Max(sizes[g.first[n]:to]) > jobs[i].maxBytes
+			if more {
+				passes = append(passes, g.call)
 			}
 		}
 		return nil
 	}()
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && len(passes) > 0 {
+		err = morePasses(ctx, conn, passes)
+	}
+	for _, g := range groups {
+		if err != nil {
+			break
+		}
+		var res []protocol.PopResult
+		var sizes []int
+		if res, sizes, err = g.call.results(); err != nil {
+			err = fmt.Errorf("pop %s: %w", g.reqs[0].Queue, err)
+			break
+		}
+		for n, i := range g.jobs {
+			to := len(g.reqs)
+			if n+1 < len(g.first) {
+				to = g.first[n+1]
+			}
+			answers[i].pops = res[g.first[n]:to]
+			answers[i].popErrs = make([]error, to-g.first[n])
+			tooLarge = tooLarge || slices.Max(sizes[g.first[n]:to]) > jobs[i].maxBytes
+		}
 	}
 	if err := settle(ctx, conn, committed, !tooLarge, err); err != nil {
 		return nil, err

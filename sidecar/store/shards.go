@@ -43,6 +43,14 @@ func (s *Store) onCitus(ctx context.Context) (bool, error) {
 	return s.layout.citus, nil
 }
 
+// routed tells whether calls are routed to their shard's worker (Citus),
+// as far as known: the first call that needs the layout learns it.
+func (s *Store) routed() bool {
+	s.layout.mu.Lock()
+	defer s.layout.mu.Unlock()
+	return s.layout.known && s.layout.citus
+}
+
 // shardsOf returns the shard of each partition id, in order: all 0 on one
 // PostgreSQL. A partition's shard is fixed when it is created and kept in
 // memory; a shard split since only makes calls span shards they were

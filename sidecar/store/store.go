@@ -30,6 +30,7 @@ type Store struct {
 	parts     idCache[partitionKey, int64]
 	groups    idCache[groupKey, groupIDs]
 	layout    layout
+	wakes     *wakeSender // of calls routed to a worker
 	trips     *roundTrips
 	pushes    *groupcommit.Scheduler[*pushJob]  // group commit of pushes
 	rounds    *groupcommit.Scheduler[*roundJob] // of pops and acks
@@ -74,10 +75,11 @@ func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, erro
 		}
 	}
 	workers, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, session: session, listen: listen, log: log, trips: trips, stop: stop}
+	s := &Store{pool: pool, session: session, listen: listen, log: log, trips: trips, stop: stop, wakes: newWakeSender()}
 	s.pushes, s.rounds = s.newPushScheduler(), s.newRoundScheduler()
 	s.pushes.Start(workers)
 	s.rounds.Start(workers)
+	go s.sendWakes(workers)
 	return s, nil
 }
 
