@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/queenside/queenside/sidecar.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test generate deps test-go test-python test-node test-dashboard screenshots bench-dashboard lint fuzz bench soak verify clean
+.PHONY: help build run test generate deps test-go test-citus test-python test-node test-dashboard screenshots bench-dashboard lint fuzz bench soak verify clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,7 +23,7 @@ generate: ## write the Python and Node clients' tables of error codes and queue 
 	$(GO) run ./protocol/internal/gen
 	$(GO) test ./schema -run '^TestCurrentSQLIsTheMigratedSchema$$' -count=1 -write-current
 
-test: deps lint test-go test-python test-node test-dashboard ## run every test: Go, Python, Node and the dashboard in a browser (each starts its own PostgreSQL)
+test: deps lint test-go test-citus test-python test-node test-dashboard ## run every test: Go, Python, Node and the dashboard in a browser (each starts its own PostgreSQL)
 
 # What the tests need beyond Go, as Debian packages. As root with apt, deps
 # installs what is missing; otherwise it prints the one command that would,
@@ -53,6 +53,13 @@ deps: ## install what the tests need and this machine lacks (as root, with apt),
 
 test-go: ## run the Go tests with the race detector
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+# The suites of the guarantees again, on a Citus cluster the harness starts
+# (sidecar/pgtest): where Citus is not installed each package says so in
+# one line and is skipped.
+CITUS_PACKAGES ?= ./sidecar/store ./sidecar/janitor ./sidecar
+test-citus: ## run the store, janitor and sidecar suites on a local Citus cluster (skipped where Citus is not installed)
+	QUEENSIDE_TEST_CITUS=1 $(GO) test -count=1 -timeout 30m $(CITUS_PACKAGES)
 
 test-python: build ## run the Python client's tests and examples against a real sidecar (needs python3-msgpack, python3-pytest)
 	QUEENSIDE_TEST_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q clients/python

@@ -18,22 +18,43 @@ import (
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/citustest"
 	"github.com/queenside/queenside/sidecar/pgserver"
+	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // privatePostgres is a PostgreSQL cluster of the test's own, which it may
-// stop (pg_ctl stop -m immediate) and start again.
+// stop (pg_ctl stop -m immediate) and start again. On Citus
+// (pgtest.CitusEnv) it is a coordinator, whose workers the test may stop
+// too, with the schema distributed over them.
 type privatePostgres struct {
 	*pgserver.Server
-	url string
+	cluster *citustest.Cluster // on Citus; Server is its coordinator
+	url     string
 }
 
 func startPrivatePostgres(t *testing.T) *privatePostgres {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// Durable settings: with synchronous_commit off, an immediate stop
 	// would lose commits that were already answered queued.
+	if pgtest.Citus() {
+		c, err := citustest.StartCluster(ctx, citustest.Options{Workers: 2, Durable: true})
+		if c != nil {
+			t.Cleanup(c.Stop)
+		}
+		if err == nil {
+			err = c.CreateDatabase(ctx, citustest.Database)
+		}
+		if err == nil {
+			err = c.Migrate(ctx, citustest.Database, 0)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &privatePostgres{Server: c.Coordinator, cluster: c, url: c.URL() + "&connect_timeout=2"}
+	}
 	pg, err := pgserver.Start(ctx, pgserver.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // pushConcurrently pushes from several connections at once to one partition
@@ -171,14 +172,16 @@ func TestCommitTimesStayMonotoneWhenTheClockIsBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := mustPush(t, c, item(t, "q", "ahead", "a1", 1), item(t, "q", "behind", "b1", 1))
+	// One call takes one commit time for all its partitions, the later
+	// one; on Citus a call is split by shard, and each part takes its own.
 	for _, r := range res {
-		if !r.CommittedAt.Equal(ahead) {
+		if (r.Partition == "ahead" || !pgtest.Citus()) && !r.CommittedAt.Equal(ahead) {
 			t.Fatalf("%s committed at %v, want the later last commit %v", r.TransactionID, r.CommittedAt, ahead)
 		}
 	}
 	next := mustPush(t, c, item(t, "q", "behind", "b2", 2))[0]
-	if next.CommittedAt.Before(ahead) {
-		t.Fatalf("b2 committed at %v, before b1 at %v", next.CommittedAt, ahead)
+	if next.CommittedAt.Before(res[1].CommittedAt) {
+		t.Fatalf("b2 committed at %v, before b1 at %v", next.CommittedAt, res[1].CommittedAt)
 	}
 	checkGapless(t, storedMessages(t, ts.pool, "q", "ahead"), 2)
 	checkGapless(t, storedMessages(t, ts.pool, "q", "behind"), 3)

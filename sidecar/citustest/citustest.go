@@ -8,16 +8,20 @@ package citustest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queenside/queenside/schema"
 	"github.com/queenside/queenside/sidecar/pgserver"
 )
 
@@ -55,7 +59,9 @@ func Missing() string {
 type Cluster struct {
 	Coordinator *pgserver.Server
 	Workers     []*pgserver.Server
+	opts        Options
 	dir         string
+	ownDir      bool     // made by StartCluster, removed by Stop
 	databases   []string // made on every node, each with the workers added
 }
 
@@ -85,7 +91,7 @@ func Start(t testing.TB, workers int) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := StartCluster(ctx, workers)
+	c, err := StartCluster(ctx, Options{Workers: workers})
 	if c != nil {
 		t.Cleanup(c.Stop)
 	}
@@ -98,22 +104,41 @@ func Start(t testing.TB, workers int) *Cluster {
 	return c
 }
 
-// StartCluster starts a coordinator and the given number of workers under
-// a temporary directory. It holds no database of queenside's yet (see
-// CreateDatabase). The cluster returned with an error is to be stopped.
-func StartCluster(ctx context.Context, workers int) (*Cluster, error) {
-	dir, err := os.MkdirTemp("", "queenside-citus-")
-	if err != nil {
-		return nil, err
+// Options configure StartCluster.
+type Options struct {
+	Workers int
+	// Dir holds the nodes' clusters, one directory each; "" is a new
+	// temporary directory, removed by Stop.
+	Dir string
+	// Durable keeps PostgreSQL's durable settings (fsync and the rest), as
+	// crash tests need; otherwise the nodes trade durability for speed.
+	Durable bool
+	// Settings are more settings of every node, each "name=value".
+	Settings []string
+	// Logger receives the servers' progress messages; nil discards them.
+	Logger hclog.Logger
+}
+
+// StartCluster starts a coordinator and opts.Workers workers. It holds no
+// database of queenside's yet (see CreateDatabase). The cluster returned
+// with an error is to be stopped.
+func StartCluster(ctx context.Context, opts Options) (*Cluster, error) {
+	c := &Cluster{opts: opts, dir: opts.Dir}
+	if c.dir == "" {
+		dir, err := os.MkdirTemp("", "queenside-citus-")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(dir, 0o755); err != nil { // the servers run as postgres
+			return nil, err
+		}
+		c.dir, c.ownDir = dir, true
 	}
-	if err := os.Chmod(dir, 0o755); err != nil { // the servers run as postgres
-		return nil, err
-	}
-	c := &Cluster{dir: dir}
+	var err error
 	if c.Coordinator, err = c.startNode(ctx, "coordinator"); err != nil {
 		return c, err
 	}
-	for range workers {
+	for range opts.Workers {
 		if _, err := c.startWorker(ctx); err != nil {
 			return c, err
 		}
@@ -146,6 +171,23 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 		}
 	}
 	c.databases = append(c.databases, name)
+	return nil
+}
+
+// Migrate migrates database name on the coordinator and lays it out over
+// the cluster (schema.Distribute) in shards shards, 0 for the default.
+func (c *Cluster) Migrate(ctx context.Context, name string, shards int) error {
+	conn, err := pgx.Connect(ctx, c.Coordinator.URL(name))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if err := schema.Migrate(ctx, conn); err != nil {
+		return fmt.Errorf("citustest: %w", err)
+	}
+	if err := schema.Distribute(ctx, conn, shards); err != nil {
+		return fmt.Errorf("citustest: %w", err)
+	}
 	return nil
 }
 
@@ -183,8 +225,21 @@ func addNode(ctx context.Context, coordinatorURL string, w *pgserver.Server) err
 }
 
 func (c *Cluster) startNode(ctx context.Context, name string) (*pgserver.Server, error) {
-	s, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.dir, name), Fast: true, Settings: settings})
+	var log hclog.Logger
+	if c.opts.Logger != nil {
+		log = c.opts.Logger.Named(name)
+	}
+	s, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.dir, name), Fast: !c.opts.Durable,
+		Settings: append(slices.Clone(settings), c.opts.Settings...), Logger: log})
 	if err != nil {
+		return s, fmt.Errorf("citustest: %s: %w", name, err)
+	}
+	// A node reaches itself (the rebalancer's background tasks do) by
+	// citus.local_hostname, localhost over TCP by default: here, its socket.
+	if err := exec(ctx, s.URL("postgres"), "ALTER SYSTEM SET citus.local_hostname = "+quote(s.SocketDir())); err != nil {
+		return s, fmt.Errorf("citustest: %s: %w", name, err)
+	}
+	if err := exec(ctx, s.URL("postgres"), "SELECT pg_reload_conf()"); err != nil {
 		return s, fmt.Errorf("citustest: %s: %w", name, err)
 	}
 	return s, nil
@@ -200,18 +255,33 @@ func (c *Cluster) prepareNode(ctx context.Context, s *pgserver.Server, name stri
 	return nil
 }
 
-// Stop stops every node and removes the cluster's files.
+// Stop stops every node at once and removes the cluster's files.
 func (c *Cluster) Stop() {
+	c.stop("immediate", false) //nolint:errcheck // a throwaway cluster
+}
+
+// Close stops every node in mode ("fast", "immediate"), workers last, and
+// removes the nodes' files unless keep.
+func (c *Cluster) Close(mode string, keep bool) error {
+	return c.stop(mode, keep)
+}
+
+func (c *Cluster) stop(mode string, keep bool) error {
+	var errs []error
 	for _, s := range c.Nodes() {
-		if s != nil {
-			s.Stop("immediate") //nolint:errcheck // a throwaway cluster
-			os.RemoveAll(s.SocketDir())
-			if base := filepath.Dir(s.DataDir()); !strings.HasPrefix(base, c.dir) {
-				os.RemoveAll(base) // pgserver's fallback under /var/tmp
-			}
+		if s == nil {
+			continue
+		}
+		errs = append(errs, s.Stop(mode))
+		os.RemoveAll(s.SocketDir())
+		if base := filepath.Dir(s.DataDir()); !keep && !strings.HasPrefix(base, c.dir) {
+			os.RemoveAll(base) // pgserver's fallback under /var/tmp
 		}
 	}
-	os.RemoveAll(c.dir)
+	if !keep && c.ownDir {
+		os.RemoveAll(c.dir)
+	}
+	return errors.Join(errs...)
 }
 
 func exec(ctx context.Context, url, sql string) error {

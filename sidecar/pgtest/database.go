@@ -185,7 +185,11 @@ func ensureTemplate(ctx context.Context, name string) error {
 		// server may have customised.
 		return err
 	}
-	if err := migrate(ctx, databaseURL(name)); err != nil {
+	if h.cluster != nil {
+		if err := h.cluster.Migrate(ctx, name, 0); err != nil {
+			return fmt.Errorf("migrating template: %w", err)
+		}
+	} else if err := migrate(ctx, databaseURL(name)); err != nil {
 		return err
 	}
 	// No connections: CREATE DATABASE ... TEMPLATE fails while anyone is
@@ -200,7 +204,6 @@ func ensureTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-// migrate migrates the database at url and, on Citus, distributes it.
 func migrate(ctx context.Context, url string) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -209,11 +212,6 @@ func migrate(ctx context.Context, url string) error {
 	defer conn.Close(context.Background())
 	if err := schema.Migrate(ctx, conn); err != nil {
 		return fmt.Errorf("migrating template: %w", err)
-	}
-	if h.cluster != nil {
-		if err := schema.Distribute(ctx, conn, 0); err != nil {
-			return fmt.Errorf("distributing template: %w", err)
-		}
 	}
 	return nil
 }

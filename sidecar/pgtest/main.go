@@ -56,6 +56,12 @@ func Main(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if os.Getenv(CitusEnv) == "1" {
+		if why := citustest.Missing(); why != "" {
+			fmt.Fprintf(os.Stderr, "pgtest: %s=1 skips this package's tests: %s\n", CitusEnv, why)
+			return 0
+		}
+	}
 	if err := setup(); err != nil {
 		teardown()
 		if os.Getenv("CI") == "true" {
@@ -143,10 +149,7 @@ func startServer(ctx context.Context) error {
 
 // startCluster runs a throwaway Citus cluster (CitusEnv).
 func startCluster(ctx context.Context) error {
-	if why := citustest.Missing(); why != "" {
-		return fmt.Errorf("%s=1 asks for Citus: %s", CitusEnv, why)
-	}
-	c, err := citustest.StartCluster(ctx, citusWorkers)
+	c, err := citustest.StartCluster(ctx, citustest.Options{Workers: citusWorkers})
 	if c != nil {
 		h.cluster = c
 		for i, s := range c.Nodes() {
@@ -206,6 +209,14 @@ func AdminURL() string { return h.adminURL }
 
 // Citus tells whether the tests run on a Citus cluster (CitusEnv).
 func Citus() bool { return h.cluster != nil }
+
+// SkipUnlessCitus skips t unless the tests run on a Citus cluster.
+func SkipUnlessCitus(t testing.TB) {
+	t.Helper()
+	if !Citus() {
+		t.Skip("a test of Citus: run with " + CitusEnv + "=1 (make test-citus)")
+	}
+}
 
 // SkipOnCitus skips t on a Citus cluster, saying why: for a test of what
 // holds on one PostgreSQL alone (a plan's shape, an order across

@@ -147,7 +147,7 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var same []string // two partitions on one shard
+	var same []string  // two partitions on one shard
 	var apart []string // two partitions on different workers
 	for i, a := range places {
 		for _, b := range places[i+1:] {
