@@ -15,27 +15,30 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queenside/queenside/sidecar/citustest"
 	"github.com/queenside/queenside/sidecar/pgserver"
 )
 
 // verifyDatabase is the database created in the run's own server.
 const verifyDatabase = "queenside_verify"
 
-// cluster is what a run starts: PostgreSQL and the sidecars on it.
+// cluster is what a run starts: PostgreSQL, or a Citus cluster, and the
+// sidecars on it.
 type cluster struct {
 	log      hclog.Logger
-	tmp      string           // PostgreSQL's cluster, sockets, spools, sidecar logs
-	dirs     []string         // removed at close: tmp, and where pgserver may have moved the cluster
-	pg       *pgserver.Server // the primary
-	standby  *pgserver.Server // its synchronous standby, when the run has failovers
+	tmp      string             // PostgreSQL's cluster (or Citus's), sockets, spools, sidecar logs
+	dirs     []string           // removed at close: tmp, and where pgserver may have moved the cluster
+	pg       *pgserver.Server   // the primary, or the Citus coordinator
+	standby  *pgserver.Server   // its synchronous standby, when the run has failovers
+	citus    *citustest.Cluster // the Citus cluster pg is the coordinator of, with --citus
 	dbURL    string
 	sidecars []*sidecar
 	version  string
 	pgDown   atomic.Bool // PostgreSQL is stopped on purpose
 }
 
-// startCluster starts PostgreSQL with its durable defaults and the
-// sidecars. On error it stops what it had started.
+// startCluster starts PostgreSQL, or Citus, with its durable defaults and
+// the sidecars. On error it stops what it had started.
 func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster, err error) {
 	c = &cluster{log: log}
 	defer func() {
@@ -52,44 +55,13 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 	if err = os.Chmod(c.tmp, 0o755); err != nil {
 		return c, err
 	}
-	failovers, err := cfg.hasFailovers()
+	if cfg.Citus {
+		err = c.startCitus(ctx, cfg)
+	} else {
+		err = c.startPostgres(ctx, cfg)
+	}
 	if err != nil {
 		return c, err
-	}
-	log.Info("starting PostgreSQL", "dir", c.tmp, "standby", failovers)
-	var settings []string
-	if failovers {
-		// pg_rewind needs hint bits logged on the server it rewinds, and
-		// its WAL back to the checkpoint before the two diverged; the
-		// rewound server then streams the new primary's WAL from there.
-		// After a long outage the spools' replay writes more than 512 MB
-		// of WAL before the old primary is back: 2 GB is kept.
-		settings = []string{"wal_log_hints=on", "wal_keep_size=2GB"}
-	}
-	settings = append(settings, cfg.PGSettings...)
-	c.pg, err = pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Settings: settings, Logger: log.Named("postgres")})
-	if err != nil {
-		return c, fmt.Errorf("start PostgreSQL: %w", err)
-	}
-	if base := filepath.Dir(c.pg.DataDir()); base != filepath.Join(c.tmp, "pg") {
-		c.dirs = append(c.dirs, base) // pgserver's fallback for a directory postgres cannot reach
-	}
-	if err = createDatabase(ctx, c.pg.URL("postgres"), verifyDatabase); err != nil {
-		return c, err
-	}
-	c.dbURL = c.pg.URL(verifyDatabase)
-	if failovers {
-		c.standby, err = pgserver.StartStandby(ctx, c.pg, pgserver.Options{Dir: filepath.Join(c.tmp, "standby"), Settings: settings, Logger: log.Named("standby")})
-		if err != nil {
-			return c, fmt.Errorf("start the standby: %w", err)
-		}
-		if base := filepath.Dir(c.standby.DataDir()); base != filepath.Join(c.tmp, "standby") {
-			c.dirs = append(c.dirs, base)
-		}
-		if err = c.pg.RequireSynchronousStandby(ctx); err != nil {
-			return c, err
-		}
-		c.dbURL = multiHostURL(verifyDatabase, c.pg, c.standby)
 	}
 	for i := range cfg.Sidecars {
 		s, err := newSidecar(i, cfg.SidecarBinary, c.dbURL, c.tmp)
@@ -105,6 +77,72 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 	return c, nil
 }
 
+// startPostgres starts one PostgreSQL with the verify database, and its
+// synchronous standby when the run has failovers.
+func (c *cluster) startPostgres(ctx context.Context, cfg Config) error {
+	failovers, err := cfg.hasFailovers()
+	if err != nil {
+		return err
+	}
+	c.log.Info("starting PostgreSQL", "dir", c.tmp, "standby", failovers)
+	var settings []string
+	if failovers {
+		// pg_rewind needs hint bits logged on the server it rewinds, and
+		// its WAL back to the checkpoint before the two diverged; the
+		// rewound server then streams the new primary's WAL from there.
+		// After a long outage the spools' replay writes more than 512 MB
+		// of WAL before the old primary is back: 2 GB is kept.
+		settings = []string{"wal_log_hints=on", "wal_keep_size=2GB"}
+	}
+	settings = append(settings, cfg.PGSettings...)
+	c.pg, err = pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Settings: settings, Logger: c.log.Named("postgres")})
+	if err != nil {
+		return fmt.Errorf("start PostgreSQL: %w", err)
+	}
+	if base := filepath.Dir(c.pg.DataDir()); base != filepath.Join(c.tmp, "pg") {
+		c.dirs = append(c.dirs, base) // pgserver's fallback for a directory postgres cannot reach
+	}
+	if err = createDatabase(ctx, c.pg.URL("postgres"), verifyDatabase); err != nil {
+		return err
+	}
+	c.dbURL = c.pg.URL(verifyDatabase)
+	if !failovers {
+		return nil
+	}
+	c.standby, err = pgserver.StartStandby(ctx, c.pg, pgserver.Options{Dir: filepath.Join(c.tmp, "standby"), Settings: settings, Logger: c.log.Named("standby")})
+	if err != nil {
+		return fmt.Errorf("start the standby: %w", err)
+	}
+	if base := filepath.Dir(c.standby.DataDir()); base != filepath.Join(c.tmp, "standby") {
+		c.dirs = append(c.dirs, base)
+	}
+	if err = c.pg.RequireSynchronousStandby(ctx); err != nil {
+		return err
+	}
+	c.dbURL = multiHostURL(verifyDatabase, c.pg, c.standby)
+	return nil
+}
+
+// startCitus starts a Citus coordinator and cfg.CitusWorkers workers with
+// the durable defaults, makes the verify database on every node, and
+// migrates and distributes the schema before any sidecar starts: a sidecar
+// only migrates, and would leave every table on the coordinator.
+func (c *cluster) startCitus(ctx context.Context, cfg Config) error {
+	c.log.Info("starting Citus", "dir", c.tmp, "workers", cfg.CitusWorkers)
+	var err error
+	c.citus, err = citustest.StartCluster(ctx, citustest.Options{Workers: cfg.CitusWorkers, Dir: filepath.Join(c.tmp, "citus"),
+		Durable: true, Settings: cfg.PGSettings, Logger: c.log.Named("citus")})
+	if err != nil {
+		return fmt.Errorf("start Citus: %w", err)
+	}
+	c.pg = c.citus.Coordinator
+	if err := c.citus.CreateDatabase(ctx, verifyDatabase); err != nil {
+		return err
+	}
+	c.dbURL = c.pg.URL(verifyDatabase)
+	return c.citus.Migrate(ctx, verifyDatabase, 0)
+}
+
 func createDatabase(ctx context.Context, adminURL, name string) error {
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
@@ -117,9 +155,10 @@ func createDatabase(ctx context.Context, adminURL, name string) error {
 	return nil
 }
 
-// close stops the sidecars (a drain each) and then PostgreSQL, and removes
-// the temporary directory unless keep is set or stopping failed. It does
-// not depend on the run's context, so it also cleans up after a Ctrl-C.
+// close stops the sidecars (a drain each) and then PostgreSQL (every Citus
+// node), and removes the temporary directory unless keep is set or stopping
+// failed. It does not depend on the run's context, so it also cleans up
+// after a Ctrl-C.
 func (c *cluster) close(keep bool) error {
 	var errs []error
 	for _, s := range c.sidecars {
@@ -129,7 +168,11 @@ func (c *cluster) close(keep bool) error {
 			}
 		}
 	}
-	if c.pg != nil {
+	switch {
+	case c.citus != nil:
+		c.log.Info("stopping Citus")
+		errs = append(errs, c.citus.Close("fast", keep))
+	case c.pg != nil:
 		c.log.Info("stopping PostgreSQL")
 		errs = append(errs, c.pg.Stop("fast"))
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/schema"
 )
 
 // Conditions are the facts that decide whether two reports can be compared.
@@ -22,6 +24,18 @@ type Conditions struct {
 	OSArch         string            `json:"osArch"`
 	SidecarVersion string            `json:"sidecarVersion"`
 	Postgres       map[string]string `json:"postgres"` // server_version, the settings that decide durability, and those the run was given
+	// Citus is the cluster a run with --citus was on; Postgres is then its
+	// coordinator's.
+	Citus *CitusConditions `json:"citus,omitempty"`
+}
+
+// CitusConditions are the Citus cluster as its coordinator knows it: a
+// worker more or fewer, or another shard count, spreads the same traffic
+// differently.
+type CitusConditions struct {
+	Version string `json:"version"` // of the extension, e.g. 13.2.2
+	Workers int    `json:"workers"`
+	Shards  int    `json:"shards"` // of queenside.partitions; every distributed table is co-located with it
 }
 
 // postgresSettings are read from the server: what a commit costs and
@@ -45,8 +59,30 @@ func conditions(ctx context.Context, cl *cluster, given []string) Conditions {
 				c.Postgres[name] = v
 			}
 		}
+		if cl.citus != nil {
+			c.Citus = citusConditions(ctx, conn)
+		}
 	}
 	return c
+}
+
+// citusConditions reads the Citus version, the active workers and the
+// shards of the schema from the coordinator; what cannot be read stays
+// empty.
+func citusConditions(ctx context.Context, conn *pgx.Conn) *CitusConditions {
+	var ct CitusConditions
+	var version string
+	if conn.QueryRow(ctx, "SELECT citus_version()").Scan(&version) == nil {
+		// "Citus 13.2.2 on x86_64-pc-linux-gnu, compiled by ..."
+		if f := strings.Fields(version); len(f) > 1 {
+			ct.Version = f[1]
+		}
+	}
+	const workers = "SELECT count(*) FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary' AND isactive"
+	conn.QueryRow(ctx, workers).Scan(&ct.Workers) //nolint:errcheck // unread, it stays 0
+	const shards = "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = $1::regclass"
+	conn.QueryRow(ctx, shards, schema.Name+".partitions").Scan(&ct.Shards) //nolint:errcheck // unread, it stays 0
+	return &ct
 }
 
 func cpuInfo() (cores int, model string) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,23 +26,33 @@ type Config struct {
 	Seed         int64  `json:"seed"` // seeds the random choices (fault targets, sidecars picked); 0 picks one and reports it
 	Out          string `json:"out"`  // where the JSON report goes; "" writes none
 
+	// Citus runs on a Citus cluster instead of one PostgreSQL: a
+	// coordinator, the sidecars' database (pg-restart stops it), and
+	// CitusWorkers workers holding the shards (worker-restart stops one).
+	// A coordinator has no standby here, so there are no pg-failovers.
+	Citus        bool `json:"citus"`
+	CitusWorkers int  `json:"citus-workers"`
+
 	// Fault counts, run one after another within the traffic; Faults, when
 	// set, replaces them with an explicit schedule
 	// ("sidecar-kill@60s,pg-restart@2m,..."). A count is the most the run
 	// places: fewer when they do not fit in Duration, unless its kind is in
-	// ExactCounts, when the run is refused instead.
-	SidecarKills  int    `json:"sidecar-kills"`
-	SidecarTerms  int    `json:"sidecar-terms"`
-	PGRestarts    int    `json:"pg-restarts"`
-	PGFailovers   int    `json:"pg-failovers"`
-	ConsumerKills int    `json:"consumer-kills"`
-	LeaseExpiries int    `json:"lease-expiries"`
-	Faults        string `json:"faults"`
+	// ExactCounts, when the run is refused instead. WorkerRestarts are of
+	// Citus workers, so only with Citus.
+	SidecarKills   int    `json:"sidecar-kills"`
+	SidecarTerms   int    `json:"sidecar-terms"`
+	PGRestarts     int    `json:"pg-restarts"`
+	PGFailovers    int    `json:"pg-failovers"`
+	WorkerRestarts int    `json:"worker-restarts"`
+	ConsumerKills  int    `json:"consumer-kills"`
+	LeaseExpiries  int    `json:"lease-expiries"`
+	Faults         string `json:"faults"`
 	// ExactCounts are the kinds whose count was given (the command's
 	// flags that were set).
 	ExactCounts []FaultKind `json:"-"`
-	// PGDown is how long PostgreSQL stays stopped; SidecarDown how long a
-	// stopped sidecar stays down before it is started again.
+	// PGDown is how long PostgreSQL (or a Citus worker) stays stopped;
+	// SidecarDown how long a stopped sidecar stays down before it is
+	// started again.
 	PGDown      time.Duration `json:"pg-down"`
 	SidecarDown time.Duration `json:"sidecar-down"`
 	// OutageKills adds SIGKILLs inside every PostgreSQL outage, where a
@@ -68,9 +79,10 @@ type Config struct {
 	// logs) even after a run that passed; a failed run always keeps it.
 	KeepFiles bool `json:"keep-files"`
 	// PGSettings are more settings of the PostgreSQL the run starts (and of
-	// its standby), each "name=value": to see where a run's time goes, say
-	// with pg_stat_statements loaded. They are read back into the report's
-	// conditions, since they change what a run measures.
+	// its standby, or of every Citus node), each "name=value": to see where
+	// a run's time goes, say with pg_stat_statements loaded. They are read
+	// back into the report's conditions, since they change what a run
+	// measures.
 	PGSettings []string `json:"pg-settings,omitempty"`
 
 	// Output receives progress lines and the report; nil means os.Stdout.
@@ -91,6 +103,7 @@ func DefaultConfig() Config {
 		Consumers:     2,
 		LeaseSeconds:  10,
 		Out:           "verify.json",
+		CitusWorkers:  2,
 		SidecarKills:  3,
 		SidecarTerms:  1,
 		PGRestarts:    2,
@@ -132,8 +145,8 @@ func (c Config) Validate() error {
 	check(c.Events() >= 1, "--rate × --duration must make at least one event")
 	check(c.Consumers >= 1, "--consumers %d: want at least 1", c.Consumers)
 	check(c.LeaseSeconds >= 1 && c.LeaseSeconds <= 3600, "--lease-seconds %d: want 1..3600", c.LeaseSeconds)
-	check(c.SidecarKills >= 0 && c.SidecarTerms >= 0 && c.PGRestarts >= 0 && c.PGFailovers >= 0 && c.ConsumerKills >= 0 && c.LeaseExpiries >= 0,
-		"fault counts must not be negative")
+	check(c.SidecarKills >= 0 && c.SidecarTerms >= 0 && c.PGRestarts >= 0 && c.PGFailovers >= 0 && c.WorkerRestarts >= 0 &&
+		c.ConsumerKills >= 0 && c.LeaseExpiries >= 0, "fault counts must not be negative")
 	check(c.PGDown >= 0 && c.SidecarDown >= 0, "--pg-down and --sidecar-down must not be negative")
 	check(c.OutageKills >= 0 && c.OutageKills <= 2, "--outage-kills %d: want 0, 1 or 2", c.OutageKills)
 	check(c.OutageKills == 0 || c.PGDown > c.SidecarDown, "--outage-kills needs --pg-down longer than --sidecar-down")
@@ -145,11 +158,72 @@ func (c Config) Validate() error {
 	for _, s := range c.PGSettings {
 		_, ok := settingName(s)
 		check(ok, "--pg-setting %q: want name=value", s)
+		check(!c.Citus || citusFirst(s), "--pg-setting %q: on Citus, shared_preload_libraries must begin with citus (citus,pg_stat_statements, say)", s)
 	}
+	errs = append(errs, c.checkCitus()...)
 	if _, err := c.schedule(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// checkCitus refuses the faults the run's database cannot take: a failover
+// needs a standby, which a Citus coordinator does not have here, and a
+// worker restart needs Citus workers.
+func (c Config) checkCitus() []error {
+	var errs []error
+	if c.Citus {
+		if c.CitusWorkers < 1 || c.CitusWorkers > 16 {
+			errs = append(errs, fmt.Errorf("--citus-workers %d: want 1..16", c.CitusWorkers))
+		}
+		if c.asksFor(FaultPGFailover) {
+			errs = append(errs, fmt.Errorf("%s with --citus: a Citus coordinator has no standby here to fail over to; %s",
+				c.askedFor(FaultPGFailover), c.leaveOut(FaultPGFailover)))
+		}
+	} else if c.asksFor(FaultWorkerRestart) {
+		errs = append(errs, fmt.Errorf("%s: %s faults need --citus, without which there are no Citus workers to restart; add --citus or %s",
+			c.askedFor(FaultWorkerRestart), FaultWorkerRestart, c.leaveOut(FaultWorkerRestart)))
+	}
+	return errs
+}
+
+// asksFor tells whether the run asks for faults of kind k: in --faults
+// when given (a list that does not parse is refused by schedule), else by
+// its count.
+func (c Config) asksFor(k FaultKind) bool {
+	if !c.explicitSchedule() {
+		return c.counts()[k] > 0
+	}
+	plan, _ := parseSchedule(c.Faults, c.Duration)
+	return slices.ContainsFunc(plan, func(f plannedFault) bool { return f.Kind == k })
+}
+
+// askedFor names where the run asked for faults of kind k, for refusals.
+func (c Config) askedFor(k FaultKind) string {
+	if c.explicitSchedule() {
+		return fmt.Sprintf("--faults has %s", k)
+	}
+	return fmt.Sprintf("--%s %d", countFlags[k], c.counts()[k])
+}
+
+// leaveOut says how to ask for no fault of kind k.
+func (c Config) leaveOut(k FaultKind) string {
+	if c.explicitSchedule() {
+		return "leave it out of --faults"
+	}
+	return fmt.Sprintf("set --%s 0", countFlags[k])
+}
+
+// citusFirst tells whether setting, when it is shared_preload_libraries,
+// loads citus first, as Citus requires: the run's settings come after the
+// Citus nodes' own and replace them.
+func citusFirst(setting string) bool {
+	name, value, _ := strings.Cut(setting, "=")
+	if strings.TrimSpace(name) != "shared_preload_libraries" {
+		return true
+	}
+	first, _, _ := strings.Cut(strings.Trim(strings.TrimSpace(value), `'"`), ",")
+	return strings.TrimSpace(first) == "citus"
 }
 
 // settingName is the name of a "name=value" PostgreSQL setting; ok is

@@ -2,8 +2,10 @@
 // check that queenside moves every event exactly once and in order through
 // a pipeline of queues while processes die around it.
 //
-// A run starts a throwaway PostgreSQL with its durable defaults and several
-// sidecars (child processes of the same binary) on one database, then:
+// A run starts a throwaway PostgreSQL with its durable defaults (or, with
+// --citus, a Citus coordinator and workers, the schema distributed over
+// them) and several sidecars (child processes of the same binary) on one
+// database, then:
 //
 //   - the loader pushes sequence-numbered events into queue 1 over many
 //     partitions at a fixed rate, each with a deterministic transaction id,
@@ -16,8 +18,9 @@
 //   - the checker consumes the last queue and acks with `ack`;
 //   - faults are injected on a schedule: SIGKILL and SIGTERM of sidecars
 //     (restarted on the same spool directory), immediate stops of
-//     PostgreSQL (pushes are spooled and replayed), a consumer that dies
-//     holding its leases, and a consumer that lets its leases expire.
+//     PostgreSQL or of a Citus worker (pushes are spooled and replayed),
+//     a consumer that dies holding its leases, and a consumer that lets
+//     its leases expire.
 //
 // Every consumer, stages and checker alike, records what it is delivered in
 // an auditor for its queue, so a fault is pinned to the stage that let it

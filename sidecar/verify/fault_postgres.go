@@ -13,6 +13,9 @@ import (
 // while PostgreSQL is down, one as soon as it is back.
 func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
 	r.Target = "PostgreSQL"
+	if in.cl.citus != nil {
+		r.Target = "Citus coordinator"
+	}
 	buffered := in.loader.stats.get("buffered")
 	stopped := time.Now()
 	in.cl.pgDown.Store(true)
@@ -37,6 +40,17 @@ func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
 	if in.cfg.OutageKills >= 2 {
 		in.outageKill(ctx, "as PostgreSQL came back", false)
 	}
+	if err := in.awaitReplay(ctx); err != nil {
+		return err
+	}
+	r.Detail += fmt.Sprintf(", spools empty %.1f s after restart", time.Since(began).Seconds())
+	return nil
+}
+
+// awaitReplay waits, once the database is back from an outage, for every
+// sidecar to be healthy and every spool to be replayed: the next fault
+// starts from a pipeline that has recovered.
+func (in *injector) awaitReplay(ctx context.Context) error {
 	if err := in.cl.healthyAll(ctx, recoveryTimeout); err != nil {
 		return err
 	}
@@ -49,7 +63,6 @@ func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
 			return ctx.Err()
 		}
 	}
-	r.Detail += fmt.Sprintf(", spools empty %.1f s after restart", time.Since(began).Seconds())
 	return nil
 }
 

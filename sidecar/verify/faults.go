@@ -15,7 +15,7 @@ import (
 // How long the injector waits for what a fault needs.
 const (
 	orderTakeTimeout = 60 * time.Second  // a consumer to pop something and take the order
-	recoveryTimeout  = 120 * time.Second // sidecars healthy and spools replayed after PostgreSQL returns
+	recoveryTimeout  = 120 * time.Second // sidecars healthy and spools replayed after PostgreSQL (or a Citus worker) returns
 )
 
 // FaultRecord is one injected fault, as the report gives it.
@@ -106,6 +106,8 @@ func (in *injector) inject(ctx context.Context, r *FaultRecord) error {
 		return in.restartPostgres(ctx, r)
 	case FaultPGFailover:
 		return in.failoverPostgres(ctx, r)
+	case FaultWorkerRestart:
+		return in.restartWorker(ctx, r)
 	case FaultConsumerKill, FaultLeaseExpiry:
 		return in.orderConsumer(ctx, r)
 	}

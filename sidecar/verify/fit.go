@@ -13,12 +13,13 @@ import (
 // overruns delays the next, and the loader then pushes past --duration
 // until the last consumer fault is carried out.
 const (
-	sidecarStartCost = 3 * time.Second  // a stopped sidecar exited, started again and healthy
-	sidecarDrainCost = 2 * time.Second  // a SIGTERM drain, well under its 10 s grace
-	pgRecoveryCost   = 30 * time.Second // after --pg-down: crash recovery (4 to 32 s measured) and the spools' replay
-	pgFailoverCost   = 40 * time.Second // promotion and replay take seconds; rewinding the old primary and streaming it again the rest
-	orderTakeCost    = 3 * time.Second  // a consumer fault: the next pop that returns messages
-	refusedCommit    = time.Second      // a lease-expiry's late commit, refused
+	sidecarStartCost   = 3 * time.Second  // a stopped sidecar exited, started again and healthy
+	sidecarDrainCost   = 2 * time.Second  // a SIGTERM drain, well under its 10 s grace
+	pgRecoveryCost     = 30 * time.Second // after --pg-down: crash recovery (4 to 32 s measured) and the spools' replay
+	pgFailoverCost     = 40 * time.Second // promotion and replay take seconds; rewinding the old primary and streaming it again the rest
+	workerRecoveryCost = 40 * time.Second // after --pg-down: a worker's crash recovery, and the replay waits for its in-doubt prepared transactions, resolved every citus.recover_2pc_interval (1 min); 1 to 37 s measured
+	orderTakeCost      = 3 * time.Second  // a consumer fault: the next pop that returns messages
+	refusedCommit      = time.Second      // a lease-expiry's late commit, refused
 )
 
 // faultCost is about how long a fault of kind k takes, from its start until
@@ -34,6 +35,8 @@ func (c Config) faultCost(k FaultKind) time.Duration {
 		return c.PGDown + pgRecoveryCost // the outage kills happen inside
 	case FaultPGFailover:
 		return pgFailoverCost
+	case FaultWorkerRestart:
+		return c.PGDown + workerRecoveryCost
 	case FaultConsumerKill:
 		return orderTakeCost + lease // its leases lapse before its messages come again
 	case FaultLeaseExpiry:
@@ -59,7 +62,8 @@ func trafficMargin(d time.Duration) time.Duration {
 // countFlags names each kind's count flag, for the refusals.
 var countFlags = map[FaultKind]string{
 	FaultSidecarKill: "sidecar-kills", FaultSidecarTerm: "sidecar-terms", FaultPGRestart: "pg-restarts",
-	FaultPGFailover: "pg-failovers", FaultConsumerKill: "consumer-kills", FaultLeaseExpiry: "lease-expiries",
+	FaultPGFailover: "pg-failovers", FaultWorkerRestart: "worker-restarts", FaultConsumerKill: "consumer-kills",
+	FaultLeaseExpiry: "lease-expiries",
 }
 
 // CountFlag is the flag of `queenside verify` that sets the count of kind.
@@ -68,7 +72,8 @@ func CountFlag(k FaultKind) string { return countFlags[k] }
 func (c Config) counts() map[FaultKind]int {
 	return map[FaultKind]int{
 		FaultSidecarKill: c.SidecarKills, FaultSidecarTerm: c.SidecarTerms, FaultPGRestart: c.PGRestarts,
-		FaultPGFailover: c.PGFailovers, FaultConsumerKill: c.ConsumerKills, FaultLeaseExpiry: c.LeaseExpiries,
+		FaultPGFailover: c.PGFailovers, FaultWorkerRestart: c.WorkerRestarts, FaultConsumerKill: c.ConsumerKills,
+		FaultLeaseExpiry: c.LeaseExpiries,
 	}
 }
 

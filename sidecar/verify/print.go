@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/queenside/queenside/schema"
 )
 
 // maxPrintedViolations bounds the violations printed; the JSON report keeps
@@ -18,6 +20,9 @@ func printHeader(out io.Writer, rep *Report, plan []plannedFault) {
 		c.Sidecars, c.Stages, c.Partitions, c.Rate, c.Duration, c.Events(), c.Consumers)
 	fmt.Fprintf(out, "  lease %d s, dedup window %d s, pop batch %d over up to %d partitions, long-poll %d ms\n",
 		c.LeaseSeconds, dedupWindowSeconds, c.PopBatch, c.PopPartitions, c.WaitMs)
+	if c.Citus {
+		fmt.Fprintf(out, "  on Citus: the sidecars on the coordinator, the schema over %d shards on %d workers\n", schema.DefaultShardCount, c.CitusWorkers)
+	}
 	var faults []string
 	for _, f := range plan {
 		faults = append(faults, fmt.Sprintf("%s@%v", f.Kind, f.At))
@@ -25,12 +30,20 @@ func printHeader(out io.Writer, rep *Report, plan []plannedFault) {
 	if len(faults) == 0 {
 		faults = []string{"none"}
 	}
-	fmt.Fprintf(out, "  faults: %s (PostgreSQL down %v each, with %d more sidecar kills inside; sidecars down %v each)\n",
-		strings.Join(faults, ", "), c.PGDown, c.OutageKills, c.SidecarDown)
+	fmt.Fprintf(out, "  faults: %s (%s)\n", strings.Join(faults, ", "), downTimes(c))
 	if fewer := c.scaledCounts(plan); len(fewer) > 0 {
 		fmt.Fprintf(out, "  fewer than the counts, so that they fit in %gs of traffic one after another: %s\n", c.Duration.Seconds(), strings.Join(fewer, ", "))
 	}
 	fmt.Fprintln(out)
+}
+
+// downTimes says how long each fault keeps its target down.
+func downTimes(c Config) string {
+	if c.Citus {
+		return fmt.Sprintf("the coordinator and a Citus worker down %v each, the coordinator with %d more sidecar kills inside; sidecars down %v each",
+			c.PGDown, c.OutageKills, c.SidecarDown)
+	}
+	return fmt.Sprintf("PostgreSQL down %v each, with %d more sidecar kills inside; sidecars down %v each", c.PGDown, c.OutageKills, c.SidecarDown)
 }
 
 func printReport(out io.Writer, rep *Report) {
@@ -44,6 +57,9 @@ func printReport(out io.Writer, rep *Report) {
 			read[i] = name + " " + cond.Postgres[name]
 		}
 		fmt.Fprintf(out, "PostgreSQL settings given: %s\n", strings.Join(read, ", "))
+	}
+	if ct := cond.Citus; ct != nil {
+		fmt.Fprintf(out, "on Citus %s: that PostgreSQL the coordinator, %d workers, %d shards\n", ct.Version, ct.Workers, ct.Shards)
 	}
 
 	fmt.Fprintln(out, "\nper queue (each audited by the group consuming it):")

@@ -25,6 +25,9 @@ const (
 	// promotes its synchronous standby; the old primary is then rewound
 	// (pg_rewind) and follows the new one as its synchronous standby.
 	FaultPGFailover FaultKind = "pg-failover"
+	// FaultWorkerRestart stops a random Citus worker with `pg_ctl stop -m
+	// immediate` and starts it again after --pg-down; only with --citus.
+	FaultWorkerRestart FaultKind = "worker-restart"
 	// FaultConsumerKill makes a random consumer die just after a pop: it
 	// acks nothing and releases nothing, so its leases must lapse and the
 	// messages come again.
@@ -37,7 +40,7 @@ const (
 
 // FaultKinds lists every kind, in the order reports count them.
 func FaultKinds() []FaultKind {
-	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultPGFailover, FaultConsumerKill, FaultLeaseExpiry}
+	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultPGFailover, FaultWorkerRestart, FaultConsumerKill, FaultLeaseExpiry}
 }
 
 // plannedFault is one entry of the schedule: a kind, due At after the start.

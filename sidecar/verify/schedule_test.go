@@ -103,7 +103,7 @@ func TestScheduleFitsTheTraffic(t *testing.T) {
 }
 
 // The run of the issue: 150 s at 3,000 events/s over 500 partitions keeps one
-// fault of every kind, and the default ten minutes keep every count.
+// fault of every kind counted (all but worker-restart, which needs Citus), and the default ten minutes keep every count.
 func TestScheduleCounts(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Duration, cfg.Rate, cfg.Partitions = 150*time.Second, 3000, 500
@@ -116,7 +116,7 @@ func TestScheduleCounts(t *testing.T) {
 		got[f.Kind]++
 	}
 	for _, k := range FaultKinds() {
-		if got[k] == 0 {
+		if got[k] == 0 && cfg.counts()[k] > 0 {
 			t.Errorf("150 s: no %s in %v", k, plan)
 		}
 	}
@@ -133,7 +133,9 @@ func TestScheduleCounts(t *testing.T) {
 	for _, f := range plan {
 		got[f.Kind]++
 	}
-	if want := cfg.counts(); !maps.Equal(got, want) {
+	want := cfg.counts()
+	maps.DeleteFunc(want, func(_ FaultKind, n int) bool { return n == 0 })
+	if !maps.Equal(got, want) {
 		t.Errorf("10 minutes: %v, want the default counts %v", got, want)
 	}
 }

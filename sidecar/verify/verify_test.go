@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queenside/queenside/schema"
+	"github.com/queenside/queenside/sidecar/citustest"
 )
 
 // buildSidecar builds the real binary the run starts as its sidecars.
@@ -69,12 +72,15 @@ func TestVerifyWithFaults(t *testing.T) {
 			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, events)
 		}
 	}
-	// One of each kind, and the outage's own kills: one while PostgreSQL
-	// is down, one as it comes back.
+	// One of each kind but the Citus one, and the outage's own kills: one
+	// while PostgreSQL is down, one as it comes back.
 	for _, k := range FaultKinds() {
 		want := 1
-		if k == FaultSidecarKill {
+		switch k {
+		case FaultSidecarKill:
 			want = 1 + cfg.OutageKills
+		case FaultWorkerRestart:
+			want = 0 // TestVerifyOnCitus
 		}
 		if rep.FaultCounts[k] != want {
 			t.Errorf("%d %s injected, want %d", rep.FaultCounts[k], k, want)
@@ -127,7 +133,7 @@ func TestVerifyPassesPostgresSettings(t *testing.T) {
 	cfg.Partitions = 4
 	cfg.Rate = 50
 	cfg.Duration = 2 * time.Second
-	cfg.SidecarKills, cfg.SidecarTerms, cfg.PGRestarts, cfg.PGFailovers, cfg.ConsumerKills, cfg.LeaseExpiries, cfg.OutageKills = 0, 0, 0, 0, 0, 0, 0
+	cfg.SidecarKills, cfg.SidecarTerms, cfg.PGRestarts, cfg.PGFailovers, cfg.WorkerRestarts, cfg.ConsumerKills, cfg.LeaseExpiries, cfg.OutageKills = 0, 0, 0, 0, 0, 0, 0, 0
 	cfg.Interval = time.Second
 	cfg.Out = ""
 	cfg.PGSettings = []string{"work_mem=7MB", "track_functions=pl"}
@@ -155,5 +161,71 @@ func TestVerifyPassesPostgresSettings(t *testing.T) {
 	cfg.PGSettings = []string{"work_mem"}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `--pg-setting "work_mem": want name=value`) {
 		t.Errorf("a setting without a value: %v", err)
+	}
+}
+
+// TestVerifyOnCitus is the same check on a Citus cluster: the sidecars on
+// the coordinator, the schema over two workers' shards, and a worker and
+// then the coordinator stopped as a crash would stop them. Either outage
+// must end with every event through every stage exactly once and in order.
+func TestVerifyOnCitus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 30-second run with real processes")
+	}
+	if why := citustest.Missing(); why != "" {
+		t.Skip(why)
+	}
+	cfg := DefaultConfig()
+	cfg.Citus = true
+	cfg.SidecarBinary = buildSidecar(t)
+	cfg.Partitions = 16
+	cfg.Rate = 50
+	cfg.Duration = 30 * time.Second
+	cfg.LeaseSeconds = 4
+	cfg.Faults = "worker-restart@5s,pg-restart@15s"
+	cfg.PGDown = 3 * time.Second
+	cfg.SidecarDown = time.Second
+	cfg.DrainTimeout = 2 * time.Minute
+	cfg.Interval = 5 * time.Second
+	cfg.Seed = 1
+	cfg.Out = ""
+	var out bytes.Buffer
+	cfg.Output = &out
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !rep.Passed || rep.Duplicates != 0 || rep.Gaps != 0 || rep.OrderViolations != 0 {
+		t.Fatalf("passed %v: %d duplicates, %d gaps, %d order violations", rep.Passed, rep.Duplicates, rep.Gaps, rep.OrderViolations)
+	}
+	for _, q := range rep.Queues {
+		if q.Verified != rep.Loader.Events {
+			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, rep.Loader.Events)
+		}
+	}
+	want := map[FaultKind]int{FaultWorkerRestart: 1, FaultPGRestart: 1, FaultSidecarKill: cfg.OutageKills}
+	for _, k := range FaultKinds() {
+		if rep.FaultCounts[k] != want[k] {
+			t.Errorf("%d %s carried out, want %d", rep.FaultCounts[k], k, want[k])
+		}
+	}
+	for _, f := range rep.Faults {
+		if f.Error != "" {
+			t.Errorf("%s on %s: %s", f.Kind, f.Target, f.Error)
+		}
+		if f.Kind == FaultWorkerRestart && !strings.HasPrefix(f.Target, "Citus worker ") {
+			t.Errorf("worker-restart target %q", f.Target)
+		}
+	}
+	// Both outages sent pushes to the spools, and every spool was replayed.
+	if rep.Spool.LoaderBuffered == 0 || rep.Spool.RecordsLeft != 0 {
+		t.Errorf("spool: %d buffered answers, %d records left", rep.Spool.LoaderBuffered, rep.Spool.RecordsLeft)
+	}
+	if c := rep.Conditions.Citus; c == nil || c.Workers != cfg.CitusWorkers || c.Shards != schema.DefaultShardCount {
+		t.Errorf("Citus conditions %+v, want %d workers and %d shards", c, cfg.CitusWorkers, schema.DefaultShardCount)
 	}
 }

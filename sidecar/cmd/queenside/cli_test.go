@@ -251,3 +251,30 @@ func TestVerifyRefusesWhatDoesNotFit(t *testing.T) {
 		t.Errorf("the refused run left %d files in its directory", len(entries))
 	}
 }
+
+// TestVerifyCitusFlags: on Citus the failovers default to none, a count of
+// them given is refused, and worker restarts are refused without Citus;
+// all before anything is started.
+func TestVerifyCitusFlags(t *testing.T) {
+	bin := buildCLI(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--citus", "--pg-failovers", "1"},
+			"verify: --pg-failovers 1 with --citus: a Citus coordinator has no standby here to fail over to; set --pg-failovers 0\n"},
+		{[]string{"--worker-restarts", "1"},
+			"verify: --worker-restarts 1: worker-restart faults need --citus, without which there are no Citus workers to restart; add --citus or set --worker-restarts 0\n"},
+		// Refused for its rate alone: the default failovers are none.
+		{[]string{"--citus", "--rate", "0"}, "verify: --rate 0: want at least 1 event/s\n--rate × --duration must make at least one event\n"},
+	} {
+		out, err := runCLI(t, bin, dir, "", append([]string{"verify"}, tc.args...)...)
+		if err == nil || out != tc.want {
+			t.Errorf("verify %v: %v\n%q\nwant %q", tc.args, err, out, tc.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the refused runs left %d files in their directory", len(entries))
+	}
+}
