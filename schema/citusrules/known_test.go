@@ -11,14 +11,14 @@ import (
 // takes on Citus. It only shrinks: a rule newly broken fails the test, and
 // so does an entry whose place keeps the rule now (take it out).
 var known = map[string]string{
-	"current.sql: ack R10":     "return a rewound flag; the sidecar notifies on the coordinator",
+	"current.sql: ack R10":     "runs on the coordinator (ack_call is not routed), where every sidecar listens",
 	"current.sql: ack_call R8": "kept on one PostgreSQL; schema.Distribute resets it on Citus",
 	"current.sql: pop R2":      "one PostgreSQL only: on Citus the sidecar names the partition",
 	"current.sql: pop_from R2": "one PostgreSQL only (p_pids NULL): on Citus the sidecar names one shard's candidates",
 	"current.sql: pop_from R8": "kept on one PostgreSQL; schema.Distribute resets it on Citus",
 	"current.sql: push R8":     "kept on one PostgreSQL; schema.Distribute resets it on Citus",
-	"current.sql: push R10":    "the sidecar notifies on the coordinator after the commit",
-	"current.sql: seek R10":    "the sidecar notifies",
+	"current.sql: push R10":    "only unrouted (p_route NULL, one PostgreSQL): a routed call's sidecar notifies on the coordinator",
+	"current.sql: seek R10":    "runs on the coordinator (not routed), where every sidecar listens",
 }
 
 func key(v Violation) string {

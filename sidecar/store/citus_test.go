@@ -226,16 +226,67 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 		}
 	}))
 	// A pop that names no partition reads every shard for the ready ones,
-	// then takes them on one.
+	// then takes one on its shard.
 	any := log.during(t, func() {
-		if popped, err = s.Pop(ctx, PopRequest{Queue: "q", Group: "g", Batch: 100, Partitions: 4}, 1<<20); err != nil {
+		if popped, err = s.Pop(ctx, PopRequest{Queue: "q", Group: "g", Batch: 100, Partitions: 1}, 1<<20); err != nil {
 			t.Fatal(err)
 		}
 	})
-	if len(popped.Leases) == 0 || any.count("PREPARE TRANSACTION") > 0 {
+	if len(popped.Leases) != 1 || any.count("PREPARE TRANSACTION") > 0 {
 		t.Errorf("a pop of any partition leased %d partitions, %d prepared:%s", len(popped.Leases), any.count("PREPARE TRANSACTION"), any)
 	}
 	t.Logf("a pop of any partition: %d commands to %v", len(any), any.nodes())
+	if _, err := s.Release(ctx, []string{popped.Leases[0].LeaseID}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Leases on both workers, acked by one call: a call a shard, in one
+	// transaction, committed in two phases. So is a transaction op over
+	// both.
+	if _, err := s.Push(ctx, []Message{message("q", apart[0], "c0"), message("q", apart[1], "d0")}); err != nil {
+		t.Fatal(err)
+	}
+	var items []protocol.AckItem
+	for _, p := range apart {
+		r, err := s.Pop(ctx, PopRequest{Queue: "q", Partition: p, Group: "g", Batch: 10, Partitions: 1}, 1<<20)
+		if err != nil || len(r.Messages) == 0 {
+			t.Fatal(r, err)
+		}
+		items = append(items, completedAll(r)...)
+	}
+	both := log.during(t, func() {
+		res, err := s.Ack(ctx, items)
+		if err != nil || !res.Results[0].Success || !res.Results[len(items)-1].Success {
+			t.Fatal(res, err)
+		}
+	})
+	if len(both.nodes()) != 2 || both.count("PREPARE TRANSACTION") != 2 {
+		t.Errorf("an ack over two workers went to %v, %d prepared: want both, two phases:%s",
+			both.nodes(), both.count("PREPARE TRANSACTION"), both)
+	}
+	t.Logf("an ack over two workers: %d commands to %v", len(both), both.nodes())
+	if _, err := s.Push(ctx, []Message{message("q", apart[0], "e0"), message("q", apart[1], "f0")}); err != nil {
+		t.Fatal(err)
+	}
+	items = nil
+	for _, p := range apart {
+		r, err := s.Pop(ctx, PopRequest{Queue: "q", Partition: p, Group: "g", Batch: 10, Partitions: 1}, 1<<20)
+		if err != nil || len(r.Messages) == 0 {
+			t.Fatal(r, err)
+		}
+		items = append(items, completedAll(r)...)
+	}
+	txn := log.during(t, func() {
+		_, _, err := s.Transaction(ctx, items, []Message{message("q", apart[0], "e"), message("q", apart[1], "f")})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(txn.nodes()) != 2 || txn.count("PREPARE TRANSACTION") != 2 {
+		t.Errorf("a transaction op over two workers went to %v, %d prepared: want both, two phases:%s",
+			txn.nodes(), txn.count("PREPARE TRANSACTION"), txn)
+	}
+	t.Logf("a transaction op over two workers: %d commands to %v", len(txn), txn.nodes())
 }
 
 func message(queue, partition, txid string) Message {
