@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // An ack that carries the next pop: the acks are applied and the pop is
-// served in one transaction (both cursors' rows carry its transaction id),
-// in one request; the pop sees what the acks released.
+// served in one request, on one PostgreSQL in one transaction; the pop sees
+// what the acks released.
 func TestAckCarryingThePopIsOneTransaction(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	c := ts.client(t)
@@ -54,21 +55,26 @@ func TestAckCarryingThePopIsOneTransaction(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("the rest came after %v: the pop waited for what its own acks released", took)
 	}
-	var xids []string
-	rows, err := ts.pool.Query(ctx, `SELECT cu.xmin::text FROM queenside.cursors cu
-		JOIN queenside.partitions p ON p.id = cu.partition_id WHERE p.name IN ('a', 'b')`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var x string
-		if err := rows.Scan(&x); err != nil {
+	// One transaction: both cursors' rows carry its id. On Citus each call
+	// of a round commits on its own worker (SCALING.md, "Each call on
+	// Citus"): the pop still comes after the acks, as above.
+	if !pgtest.Citus() {
+		var xids []string
+		rows, err := ts.pool.Query(ctx, `SELECT cu.xmin::text FROM queenside.cursors cu
+			JOIN queenside.partitions p ON p.id = cu.partition_id WHERE p.name IN ('a', 'b')`)
+		if err != nil {
 			t.Fatal(err)
 		}
-		xids = append(xids, x)
-	}
-	if rows.Err() != nil || len(xids) != 2 || xids[0] != xids[1] {
-		t.Fatalf("the acked cursor and the leased one were written by transactions %v: want one", xids)
+		for rows.Next() {
+			var x string
+			if err := rows.Scan(&x); err != nil {
+				t.Fatal(err)
+			}
+			xids = append(xids, x)
+		}
+		if rows.Err() != nil || len(xids) != 2 || xids[0] != xids[1] {
+			t.Fatalf("the acked cursor and the leased one were written by transactions %v: want one", xids)
+		}
 	}
 
 	// Nothing left: with a wait, the acks are applied at once and the pop

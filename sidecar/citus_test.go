@@ -111,12 +111,7 @@ func (a *ackingConsumer) check(msgs []protocol.Message) bool {
 func TestAWorkerStoppedUnderTrafficLosesNothing(t *testing.T) {
 	pgtest.SkipUnlessCitus(t)
 	const total, parts = 6000, 16
-	pg := startPrivatePostgres(t)
-	sc := launchSidecar(t, pg.url, t.TempDir())
-	sc.waitReplayed(t)
-	c := dialClient(t, sc.socket)
-	configure(t, c, "w", func(o *protocol.QueueOptions) { o.LeaseSeconds = 2 })
-	consumer := startAcking(t, sc.socket, "w", total)
+	pg, sc, c, consumer := startCitusTraffic(t, "w", total)
 	worker := pg.cluster.Workers[0]
 	restarted := make(chan struct{})
 	buffered := pushNumbered(t, c, "w", total, parts, func(k int) {
@@ -145,6 +140,19 @@ func TestAWorkerStoppedUnderTrafficLosesNothing(t *testing.T) {
 	consumer.waitAcked(t, total, parts)
 	t.Logf("%d pushed, %d of them buffered while the worker was down; %d pops or acks failed meanwhile; all acked once",
 		total, buffered, consumer.errors)
+}
+
+// startCitusTraffic starts a Citus cluster of the test's own, a sidecar
+// process on it, a client of that sidecar, and a consumer acking the first
+// want messages of queue, whose leases last two seconds.
+func startCitusTraffic(t *testing.T, queue string, want int) (*privatePostgres, *sidecarProcess, *queenside.Client, *ackingConsumer) {
+	t.Helper()
+	pg := startPrivatePostgres(t)
+	sc := launchSidecar(t, pg.url, t.TempDir())
+	sc.waitReplayed(t)
+	c := dialClient(t, sc.socket)
+	configure(t, c, queue, func(o *protocol.QueueOptions) { o.LeaseSeconds = 2 })
+	return pg, sc, c, startAcking(t, sc.socket, queue, want)
 }
 
 // pushNumbered pushes items 0..total-1 (numbered) over parts partitions in
@@ -218,11 +226,7 @@ func (a *ackingConsumer) waitAcked(t *testing.T, total, parts int) {
 func TestRebalanceOntoANewWorkerUnderTraffic(t *testing.T) {
 	pgtest.SkipUnlessCitus(t)
 	const total, parts = 16000, 16
-	pg := startPrivatePostgres(t)
-	sc := launchSidecar(t, pg.url, t.TempDir())
-	sc.waitReplayed(t)
-	c := dialClient(t, sc.socket)
-	consumer := startAcking(t, sc.socket, "r", total)
+	pg, sc, c, consumer := startCitusTraffic(t, "r", total)
 	rebalanced := make(chan error, 1)
 	done := make(chan struct{})
 	var moved int

@@ -4,8 +4,11 @@
 -- SCALING.md), a key must hold the distribution column and a statement must
 -- keep the rules of SCALING.md, section 4, which schema/citusrules checks
 -- over schema/current.sql. This migration mends what can be mended without
--- changing what a call does on one PostgreSQL; every function keeps its
--- signature, so sidecars of version 10 call the same functions.
+-- changing what a call does on one PostgreSQL. The hot calls gain a first
+-- argument, p_route, by which Citus sends a call whole to the worker of its
+-- partitions' shard (push, pop_from, ack_call; NULL on one PostgreSQL): their
+-- signatures of version 10 stay, as calls of the new ones, so that sidecars
+-- of version 10 go on calling them while pods are upgraded.
 --
 -- Keys:
 --   - partitions' names were unique per queue: they move to partition_names
@@ -460,7 +463,10 @@ BEGIN
 END;
 $function$;
 
-CREATE OR REPLACE FUNCTION queenside.ack(p_group bigint, p_partition bigint, p_lease uuid, p_offsets bigint[], p_hashes uuid[], p_failed boolean[], p_errors text[])
+-- ack gains p_wake: a call routed to a worker (ack_call's p_route) leaves
+-- the wake-up of a rewind to its caller, on the coordinator.
+DROP FUNCTION queenside.ack(bigint, bigint, uuid, bigint[], uuid[], boolean[], text[]);
+CREATE OR REPLACE FUNCTION queenside.ack(p_group bigint, p_partition bigint, p_lease uuid, p_offsets bigint[], p_hashes uuid[], p_failed boolean[], p_errors text[], p_wake boolean)
  RETURNS TABLE(idx integer, success boolean, code text, dead_lettered boolean, released boolean, cursor_offset bigint)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -611,8 +617,9 @@ BEGIN
            fail_counts = ARRAY(SELECT k FROM unnest(v_fo, v_fc) f (o, k) WHERE o >= v_cursor ORDER BY o)
      WHERE cu.group_id = p_group AND cu.partition_id = p_partition;
 
-    -- A rewind makes messages deliverable again at once: wake waiting pops.
-    IF v_fail IS NOT NULL THEN
+    -- A rewind makes messages deliverable again at once: wake waiting pops
+    -- (on a worker, where no sidecar listens, the caller does).
+    IF v_fail IS NOT NULL AND p_wake THEN
         PERFORM queenside.wake(v_queue);
     END IF;
 
@@ -622,7 +629,7 @@ BEGIN
 END;
 $function$;
 
-CREATE OR REPLACE FUNCTION queenside.ack_call(p_groups bigint[], p_partitions bigint[], p_leases uuid[], p_slots integer[], p_offsets bigint[], p_hashes uuid[], p_failed boolean[], p_errors text[])
+CREATE OR REPLACE FUNCTION queenside.ack_call(p_route bigint, p_groups bigint[], p_partitions bigint[], p_leases uuid[], p_slots integer[], p_offsets bigint[], p_hashes uuid[], p_failed boolean[], p_errors text[])
  RETURNS TABLE(idx integer, success boolean, code text, dead_lettered boolean, released boolean, cursor_offset bigint)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -632,6 +639,9 @@ CREATE OR REPLACE FUNCTION queenside.ack_call(p_groups bigint[], p_partitions bi
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
+    -- p_route: on Citus, a partition of the call's shard (every lease of
+    -- the call is on it), by which the call is sent whole to that shard's
+    -- worker (schema.Distribute); NULL on one PostgreSQL.
     v_fast  integer[]; -- slots applied by the set-based update
     v_cur   bigint[];  -- and the cursor each now stands at
     v_items integer[];
@@ -725,8 +735,21 @@ BEGIN
                              CASE WHEN p_hashes IS NOT NULL THEN
                                   ARRAY(SELECT p_hashes[i] FROM unnest(v_items) WITH ORDINALITY AS x (i, o) ORDER BY x.o) END,
                              ARRAY(SELECT p_failed[i] FROM unnest(v_items) WITH ORDINALITY AS x (i, o) ORDER BY x.o),
-                             ARRAY(SELECT p_errors[i] FROM unnest(v_items) WITH ORDINALITY AS x (i, o) ORDER BY x.o)) a;
+                             ARRAY(SELECT p_errors[i] FROM unnest(v_items) WITH ORDINALITY AS x (i, o) ORDER BY x.o),
+                             p_route IS NULL) a;
     END LOOP;
+END;
+$function$;
+
+-- ack_call as version 10 calls it, for its sidecars while pods are
+-- upgraded (the upgrade rule, schema/migrate.go).
+CREATE OR REPLACE FUNCTION queenside.ack_call(p_groups bigint[], p_partitions bigint[], p_leases uuid[], p_slots integer[], p_offsets bigint[], p_hashes uuid[], p_failed boolean[], p_errors text[])
+ RETURNS TABLE(idx integer, success boolean, code text, dead_lettered boolean, released boolean, cursor_offset bigint)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RETURN QUERY SELECT * FROM queenside.ack_call(NULL::bigint, p_groups, p_partitions, p_leases, p_slots, p_offsets,
+                                                  p_hashes, p_failed, p_errors);
 END;
 $function$;
 
@@ -814,7 +837,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queenside: group % does not exist', p_group USING ERRCODE = 'no_data_found';
     END IF;
-    IF v_start_at <= v_now AND EXISTS (SELECT 1 FROM queenside.cursors cu
+    IF v_start_at IS NOT NULL AND v_start_at <= v_now AND EXISTS (SELECT 1 FROM queenside.cursors cu
                                         WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
         PERFORM queenside.position_cursors(p_group, v_start_at);
     END IF;
@@ -867,10 +890,10 @@ BEGIN
 
     -- A subscription that started since: position its cursors now. A
     -- partition named is looked at alone (on Citus, its shard's).
-    IF v_start_at <= v_now AND p_partition IS NULL AND EXISTS (
+    IF v_start_at IS NOT NULL AND v_start_at <= v_now AND p_partition IS NULL AND EXISTS (
            SELECT 1 FROM queenside.cursors cu WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
         PERFORM queenside.position_cursors(p_group, v_start_at);
-    ELSIF v_start_at <= v_now AND EXISTS (
+    ELSIF v_start_at IS NOT NULL AND v_start_at <= v_now AND EXISTS (
            SELECT 1 FROM queenside.cursors cu
             WHERE cu.group_id = p_group AND cu.partition_id = p_partition AND cu.committed IS NULL) THEN
         PERFORM queenside.position_cursors(p_group, v_start_at);
@@ -1025,7 +1048,7 @@ BEGIN
 END;
 $function$;
 
-CREATE OR REPLACE FUNCTION queenside.pop_from(p_group bigint, p_pids bigint[], p_partitions integer[], p_batches integer[], p_lease_seconds integer, p_auto_ack boolean)
+CREATE OR REPLACE FUNCTION queenside.pop_from(p_route bigint, p_group bigint, p_pids bigint[], p_partitions integer[], p_batches integer[], p_lease_seconds integer, p_auto_ack boolean)
  RETURNS TABLE(request integer, serve_order integer, partition_id bigint, partition_name text, lease_id uuid, lease_from bigint, lease_to bigint, lease_expires_at timestamp with time zone, head_attempts integer, seen_to bigint, first_offset bigint, committed_at timestamp with time zone, message_ids uuid[], transaction_ids text[], payloads bytea[], trace_ids text[], headers bytea[])
  LANGUAGE plpgsql
  SET enable_sort TO 'off'
@@ -1035,6 +1058,9 @@ CREATE OR REPLACE FUNCTION queenside.pop_from(p_group bigint, p_pids bigint[], p
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
+    -- p_route: on Citus, a partition of the shard of p_pids (all on one),
+    -- by which the call is sent whole to that shard's worker
+    -- (schema.Distribute); NULL on one PostgreSQL.
     v_start_at  timestamptz;
     v_delay     interval;
     v_lease_len interval;
@@ -1083,11 +1109,12 @@ BEGIN
     END LOOP;
 
     -- A subscription that started since: position its cursors now. The
-    -- partitions named are looked at alone (on Citus, one shard's).
-    IF v_start_at <= v_now AND p_pids IS NULL AND EXISTS (
+    -- partitions named are looked at alone (on Citus, one shard's); a group
+    -- without a start time had every cursor positioned when it was made.
+    IF v_start_at IS NOT NULL AND v_start_at <= v_now AND p_pids IS NULL AND EXISTS (
            SELECT 1 FROM queenside.cursors cu WHERE cu.group_id = p_group AND cu.committed IS NULL) THEN
         PERFORM queenside.position_cursors(p_group, v_start_at);
-    ELSIF v_start_at <= v_now AND EXISTS (
+    ELSIF v_start_at IS NOT NULL AND v_start_at <= v_now AND EXISTS (
            SELECT 1 FROM queenside.cursors cu
             WHERE cu.group_id = p_group AND cu.partition_id = ANY (p_pids) AND cu.committed IS NULL) THEN
         PERFORM queenside.position_cursors(p_group, v_start_at);
@@ -1403,7 +1430,7 @@ CREATE OR REPLACE FUNCTION queenside.pop_many(p_group bigint, p_partition bigint
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    RETURN QUERY SELECT * FROM queenside.pop_from(p_group, CASE WHEN p_partition IS NOT NULL THEN ARRAY[p_partition] END,
+    RETURN QUERY SELECT * FROM queenside.pop_from(NULL::bigint, p_group, CASE WHEN p_partition IS NOT NULL THEN ARRAY[p_partition] END,
                                                   p_partitions, p_batches, p_lease_seconds, p_auto_ack);
 END;
 $function$;

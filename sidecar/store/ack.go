@@ -14,11 +14,12 @@ import (
 )
 
 const ackSQL = `SELECT idx, success, code, dead_lettered, released, cursor_offset
-FROM queenside.ack_call($1, $2, $3, $4, $5, $6, $7, $8)`
+FROM queenside.ack_call($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 // ackCall is one call of queenside.ack_call: the leases named by its items
 // (a slot each, from 1), all on one shard, and the items.
 type ackCall struct {
+	route              *int64 // a partition of the call's shard, by which Citus routes it; nil on one PostgreSQL
 	groups, partitions []int64
 	leases             []uuid.UUID
 	leaseIDs           []string // as the client sent them, per slot
@@ -39,12 +40,20 @@ func (s *Store) ackThrough(ctx context.Context, tx querier, items []protocol.Ack
 	return sortLeases(res, len(calls)), err
 }
 
-// ack applies an ack call in a transaction of its own: its one statement,
-// or a statement a shard in one transaction.
-func (s *Store) ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
+// ack applies an ack call on its own: its one statement, or a statement a
+// shard in one transaction; on Citus, each statement sent whole to its
+// shard's worker and committed there (routedAcks).
+func (s *Store) ack(ctx context.Context, items []protocol.AckItem) (res protocol.AckResult, err error) {
 	calls, res, err := s.newAckCalls(ctx, items)
 	switch {
 	case err != nil || len(calls) == 0:
+		return res, err
+	case s.routed():
+		done := 0
+		res, failed, err := s.routedAcks(ctx, s.pool, items, calls, res, &done, func(int) int { return 0 })
+		if err == nil {
+			err = failed[0]
+		}
 		return res, err
 	case len(calls) == 1:
 		return calls[0].through(ctx, s.pool, items, res)
@@ -100,7 +109,11 @@ func (s *Store) newAckCalls(ctx context.Context, items []protocol.AckItem) ([]*a
 		for k, p := range positions {
 			sent[k] = valid[p]
 		}
-		calls = append(calls, newAckCall(items, sent))
+		c := newAckCall(items, sent)
+		if s.routed() {
+			c.route = &c.partitions[0]
+		}
+		calls = append(calls, c)
 	}
 	return calls, res, nil
 }
@@ -175,7 +188,7 @@ func (c *ackCall) args(items []protocol.AckItem) []any {
 	for i, l := range c.leases {
 		leases[i] = l
 	}
-	return []any{pgtype.FlatArray[int64](c.groups), pgtype.FlatArray[int64](c.partitions), pgtype.FlatArray[[16]byte](leases),
+	return []any{c.route, pgtype.FlatArray[int64](c.groups), pgtype.FlatArray[int64](c.partitions), pgtype.FlatArray[[16]byte](leases),
 		pgtype.FlatArray[int32](c.slots), pgtype.FlatArray[*int64](offsets), optionalArray(hashes),
 		pgtype.FlatArray[bool](failed), pgtype.FlatArray[*string](errs)}
 }

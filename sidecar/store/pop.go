@@ -43,7 +43,7 @@ FROM queenside.pop($1, $2, 1, $3, $4, $5)`
 const popSQL = `SELECT request, serve_order, partition_id, partition_name, lease_id, lease_from, lease_to,
 	lease_expires_at, head_attempts, seen_to, first_offset, committed_at, message_ids, transaction_ids, payloads,
 	trace_ids, headers
-FROM queenside.pop_from($1, $2, $3, $4, $5, $6)`
+FROM queenside.pop_from($1, $2, $3, $4, $5, $6, $7)`
 
 // readySQL finds, without locking anything, the partitions a group may
 // be served from, oldest first: on Citus, where a pop that names no
@@ -246,6 +246,7 @@ type popCall struct {
 	parts        []popPart   // the calls of the pass to come
 	pending      [][]int64   // on Citus: the ready partitions of the shards not looked at yet, oldest first
 	sharded      bool        // pending holds the ready partitions of shards
+	routed       bool        // on Citus: each call goes to its shard's worker (queuePart)
 	left         []popBudget // what each request may still be served
 	runs         []popRun    // what was read
 	pass         int32
@@ -266,7 +267,11 @@ type popBudget struct{ partitions, messages int }
 func (s *Store) newPopCall(ctx context.Context, reqs []PopRequest) (*popCall, error) {
 	r := reqs[0]
 	c := &popCall{reqs: reqs, left: make([]popBudget, len(reqs))}
-	var err error
+	citus, err := s.onCitus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.routed = citus
 	if c.ids, err = s.groupID(ctx, groupKey{r.Queue, r.Group}, r.Mode, r.From); err != nil {
 		return nil, err
 	}
@@ -283,8 +288,6 @@ func (s *Store) newPopCall(ctx context.Context, reqs []PopRequest) (*popCall, er
 			return nil, err
 		}
 		pids = []int64{id}
-	} else if citus, err := s.onCitus(ctx); err != nil {
-		return nil, err
 	} else if citus {
 		if c.pending, err = s.readyByShard(ctx, c.ids.group, reqs); err != nil {
 			return nil, err
@@ -371,50 +374,72 @@ func (c *popCall) assign() {
 func (c *popCall) final() bool { return len(c.pending) == 0 }
 
 func (c *popCall) queue(b *pgx.Batch) {
-	for _, p := range c.parts {
-		if len(c.reqs) == 1 && p.partitions[0] == 1 && len(p.pids) <= 1 {
-			var partition *int64
-			if len(p.pids) == 1 {
-				partition = &p.pids[0]
-			}
-			b.Queue(onePartitionSQL, c.ids.group, partition, p.batches[0], c.leaseSeconds, c.reqs[0].AutoAck)
-			continue
-		}
-		b.Queue(popSQL, c.ids.group, optionalArray(p.pids), pgtype.FlatArray[int32](p.partitions),
-			pgtype.FlatArray[int32](p.batches), c.leaseSeconds, c.reqs[0].AutoAck)
+	for i := range c.parts {
+		c.queuePart(b, i)
 	}
+}
+
+// queuePart queues the call of the pass's part i. On Citus it is routed
+// by a partition of its shard: sent whole to that shard's worker when it
+// runs alone (routedRound), its statements routed one by one in a
+// transaction.
+func (c *popCall) queuePart(b *pgx.Batch, i int) {
+	p := c.parts[i]
+	if !c.routed && len(c.reqs) == 1 && p.partitions[0] == 1 && len(p.pids) <= 1 {
+		var partition *int64
+		if len(p.pids) == 1 {
+			partition = &p.pids[0]
+		}
+		b.Queue(onePartitionSQL, c.ids.group, partition, p.batches[0], c.leaseSeconds, c.reqs[0].AutoAck)
+		return
+	}
+	var route *int64
+	if c.routed && p.pids != nil {
+		route = &p.pids[0]
+	}
+	b.Queue(popSQL, route, c.ids.group, optionalArray(p.pids), pgtype.FlatArray[int32](p.partitions),
+		pgtype.FlatArray[int32](p.batches), c.leaseSeconds, c.reqs[0].AutoAck)
 }
 
 // readPass reads the answer of the pass's calls, and makes the next pass
 // (assign); more tells whether there is one.
 func (c *popCall) readPass(br pgx.BatchResults) (more bool, err error) {
 	c.pass++
-	for _, p := range c.parts {
-		runs, err := readPop(br)
-		if err != nil {
+	for i := range c.parts {
+		if err := c.readPart(br, i); err != nil {
 			return false, err
 		}
-		served := map[int32]bool{}
-		for i := range runs {
-			u := &runs[i]
-			if u.request < 1 || int(u.request) > len(p.reqs) {
-				return false, fmt.Errorf("answered request %d of %d", u.request, len(p.reqs))
-			}
-			u.request = int32(p.reqs[u.request-1] + 1)
-			// Serve orders count from 1 in each call: a pass's come after
-			// those of the passes before.
-			u.order += c.pass << 20
-			b := &c.left[u.request-1]
-			if !served[u.order] {
-				served[u.order] = true
-				b.partitions--
-			}
-			b.messages -= len(u.mids)
-		}
-		c.runs = append(c.runs, runs...)
 	}
 	c.assign()
 	return len(c.parts) > 0, nil
+}
+
+// readPart reads the answer of the pass's part i.
+func (c *popCall) readPart(br pgx.BatchResults, i int) error {
+	p := c.parts[i]
+	runs, err := readPop(br)
+	if err != nil {
+		return err
+	}
+	served := map[int32]bool{}
+	for k := range runs {
+		u := &runs[k]
+		if u.request < 1 || int(u.request) > len(p.reqs) {
+			return fmt.Errorf("answered request %d of %d", u.request, len(p.reqs))
+		}
+		u.request = int32(p.reqs[u.request-1] + 1)
+		// Serve orders count from 1 in each call: a pass's come after
+		// those of the passes before.
+		u.order += c.pass << 20
+		b := &c.left[u.request-1]
+		if !served[u.order] {
+			served[u.order] = true
+			b.partitions--
+		}
+		b.messages -= len(u.mids)
+	}
+	c.runs = append(c.runs, runs...)
+	return nil
 }
 
 // leases tells whether the call's pops lease what they deliver (the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -168,7 +169,7 @@ func (s *Store) newRoundScheduler() *groupcommit.Scheduler[*roundJob] {
 			span := roundSpan(jobs)
 			var answers []roundResult
 			err := againIfAborted(ctx, func() (err error) {
-				answers, err = s.fusedRound(ctx, jobs)
+				answers, err = s.runRound(ctx, jobs)
 				return err
 			})
 			telemetry.End(span, err)
@@ -209,10 +210,12 @@ func (s *Store) runAlone(j *roundJob) {
 			telemetry.End(span, errors.Join(append(r.popErrs, r.err)...))
 		}
 	}()
-	if len(j.acks) > 0 && len(j.pops) > 0 { // an ack carrying a pop: one transaction if it can be
+	// An ack carrying a pop: one transaction if it can be. On Citus, pops
+	// that lease are sent whole to their workers (routedRound), alone too.
+	if len(j.pops) > 0 && (len(j.acks) > 0 || s.routed() && !j.pops[0].AutoAck) {
 		var answers []roundResult
 		err := againIfAborted(j.ctx, func() (err error) {
-			answers, err = s.fusedRound(j.ctx, []*roundJob{j})
+			answers, err = s.runRound(j.ctx, []*roundJob{j})
 			return err
 		})
 		switch {
@@ -247,28 +250,33 @@ func (s *Store) runAlone(j *roundJob) {
 // errTooLarge marks a round rolled back because a pop result would not fit.
 var errTooLarge = fmt.Errorf("store: a pop result of the round is too large")
 
-// fusedRound runs jobs in one transaction: every ack in one call, then the
-// pops, the pops of each key in one call. A pop result that does not fit
-// in its request's limit is taken back: the round is rolled back
-// (errTooLarge) when a pop acks as it goes, and otherwise its acks stand
-// and its pops are served again alone (popAgainAlone).
-func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult, error) {
-	// The pops, grouped by key in order of arrival: each job's requests
-	// are a range of its key's call.
-	type popGroup struct {
-		reqs  []PopRequest
-		jobs  []int // indexes into jobs
-		first []int // each job's first request in reqs
-		call  *popCall
-	}
-	var groups []*popGroup
+// roundPlan is a round's calls: its acks, one call a shard, and its pops,
+// grouped by key in order of arrival, each job's requests a range of its
+// key's call.
+type roundPlan struct {
+	jobs     []*roundJob
+	groups   []*popGroup
+	ackItems []protocol.AckItem
+	ackFrom  []int // each job's first item in ackItems
+	acks     []*ackCall
+	ackRes   protocol.AckResult
+}
+
+type popGroup struct {
+	reqs  []PopRequest
+	jobs  []int // indexes into jobs
+	first []int // each job's first request in reqs
+	call  *popCall
+	err   error // of a routed call that failed (routedRound)
+}
+
+func (s *Store) planRound(ctx context.Context, jobs []*roundJob) (*roundPlan, error) {
+	pl := &roundPlan{jobs: jobs, ackFrom: make([]int, len(jobs))}
 	byKey := map[PopKey]*popGroup{}
-	var ackItems []protocol.AckItem
-	ackFrom := make([]int, len(jobs))
 	for i, j := range jobs {
 		if len(j.acks) > 0 {
-			ackFrom[i] = len(ackItems)
-			ackItems = append(ackItems, j.acks...)
+			pl.ackFrom[i] = len(pl.ackItems)
+			pl.ackItems = append(pl.ackItems, j.acks...)
 		}
 		if len(j.pops) == 0 {
 			continue
@@ -278,23 +286,109 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 		if g == nil {
 			g = &popGroup{}
 			byKey[k] = g
-			groups = append(groups, g)
+			pl.groups = append(pl.groups, g)
 		}
 		g.jobs, g.first = append(g.jobs, i), append(g.first, len(g.reqs))
 		g.reqs = append(g.reqs, j.pops...)
 	}
-	for _, g := range groups {
+	for _, g := range pl.groups {
 		c, err := s.newPopCall(ctx, g.reqs)
 		if err != nil {
 			return nil, err
 		}
 		g.call = c
 	}
-	acks, ackRes, err := s.newAckCalls(ctx, ackItems)
+	var err error
+	pl.acks, pl.ackRes, err = s.newAckCalls(ctx, pl.ackItems)
+	return pl, err
+}
+
+// leases tells whether every pop of the round leases what it delivers
+// (none acks as it goes).
+func (pl *roundPlan) leases() bool {
+	for _, g := range pl.groups {
+		if !g.call.leases() {
+			return false
+		}
+	}
+	return true
+}
+
+// popAnswers gives each job the results of its pops, and tells whether a
+// result is too large for its job. The pops of a group whose call failed
+// (routedRound) get its error, and what its calls that committed leased
+// is withdrawn.
+func (s *Store) popAnswers(ctx context.Context, pl *roundPlan, answers []roundResult) (tooLarge bool, err error) {
+	for _, g := range pl.groups {
+		res, sizes, err := g.call.results()
+		if err == nil && g.err != nil {
+			if werr := s.withdraw(ctx, res); werr != nil {
+				s.log.Warn("could not withdraw the leases of a failed pop; they will expire", "error", werr)
+			}
+		}
+		if err == nil {
+			err = g.err
+		}
+		for n, i := range g.jobs {
+			to := len(g.reqs)
+			if n+1 < len(g.first) {
+				to = g.first[n+1]
+			}
+			switch {
+			case g.err != nil:
+				answers[i].pops, answers[i].popErrs = make([]protocol.PopResult, to-g.first[n]), repeat(err, to-g.first[n])
+			case err != nil:
+				return false, fmt.Errorf("pop %s: %w", g.reqs[0].Queue, err)
+			default:
+				answers[i].pops = res[g.first[n]:to]
+				answers[i].popErrs = make([]error, to-g.first[n])
+				tooLarge = tooLarge || slices.Max(sizes[g.first[n]:to]) > pl.jobs[i].maxBytes
+			}
+		}
+	}
+	return tooLarge, nil
+}
+
+// jobOfAck gives the job of an item of the round's acks.
+func (pl *roundPlan) jobOfAck(item int) int {
+	job := 0
+	for i, j := range pl.jobs {
+		if len(j.acks) > 0 && pl.ackFrom[i] <= item {
+			job = i
+		}
+	}
+	return job
+}
+
+// ackAnswers gives each job with acks its share of the round's ack answer.
+func (pl *roundPlan) ackAnswers(answers []roundResult) {
+	for i, j := range pl.jobs {
+		if len(j.acks) > 0 {
+			answers[i].ack = splitAck(pl.ackRes.Results[pl.ackFrom[i]:pl.ackFrom[i]+len(j.acks)], pl.ackFrom[i], j.acks, pl.ackRes.Leases)
+		}
+	}
+}
+
+// runRound runs jobs as one round: routed to the workers on Citus when
+// every pop of it leases (routedRound), in one transaction otherwise
+// (fusedRound).
+func (s *Store) runRound(ctx context.Context, jobs []*roundJob) ([]roundResult, error) {
+	pl, err := s.planRound(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}
+	if s.routed() && pl.leases() {
+		return s.routedRound(ctx, pl)
+	}
+	return s.fusedRound(ctx, pl)
+}
 
+// fusedRound runs a round's calls in one transaction: every ack, then the
+// pops. A pop result that does not fit in its request's limit is taken
+// back: the round is rolled back (errTooLarge) when a pop acks as it goes,
+// and otherwise its acks stand and its pops are served again alone
+// (popAgainAlone).
+func (s *Store) fusedRound(ctx context.Context, pl *roundPlan) ([]roundResult, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
@@ -303,38 +397,38 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	// BEGIN and COMMIT travel with the calls: a round is one round trip,
 	// unless a pop acks as it goes (see popOnce) or, on Citus, takes more
 	// than one pass (popCall.assign).
-	committed := true
+	committed := pl.leases()
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	for _, c := range acks {
-		b.Queue(ackSQL, c.args(ackItems)...)
+	for _, c := range pl.acks {
+		b.Queue(ackSQL, c.args(pl.ackItems)...)
 	}
-	for _, g := range groups {
+	for _, g := range pl.groups {
 		g.call.queue(&b)
-		committed = committed && g.call.leases() && g.call.final()
+		committed = committed && g.call.final()
 	}
 	if committed {
 		b.Queue("COMMIT")
 	}
 	br := conn.SendBatch(ctx, &b)
-	answers := make([]roundResult, len(jobs))
+	answers := make([]roundResult, len(pl.jobs))
 	tooLarge := false
 	var passes []*popCall // with passes to come (on Citus)
 	err = func() error {
 		if _, err := br.Exec(); err != nil { // BEGIN
 			return err
 		}
-		for _, c := range acks {
+		for _, c := range pl.acks {
 			rows, err := br.Query()
 			if err != nil {
 				return fmt.Errorf("ack: %w", err)
 			}
-			if ackRes, err = c.finish(rows, ackRes); err != nil {
+			if pl.ackRes, err = c.finish(rows, pl.ackRes); err != nil {
 				return err
 			}
 		}
-		ackRes = sortLeases(ackRes, len(acks))
-		for _, g := range groups {
+		pl.ackRes = sortLeases(pl.ackRes, len(pl.acks))
+		for _, g := range pl.groups {
 			more, err := g.call.readPass(br)
 			if err != nil {
 				return fmt.Errorf("pop %s: %w", g.reqs[0].Queue, err)
@@ -351,25 +445,8 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	if err == nil && len(passes) > 0 {
 		err = morePasses(ctx, conn, passes)
 	}
-	for _, g := range groups {
-		if err != nil {
-			break
-		}
-		var res []protocol.PopResult
-		var sizes []int
-		if res, sizes, err = g.call.results(); err != nil {
-			err = fmt.Errorf("pop %s: %w", g.reqs[0].Queue, err)
-			break
-		}
-		for n, i := range g.jobs {
-			to := len(g.reqs)
-			if n+1 < len(g.first) {
-				to = g.first[n+1]
-			}
-			answers[i].pops = res[g.first[n]:to]
-			answers[i].popErrs = make([]error, to-g.first[n])
-			tooLarge = tooLarge || slices.Max(sizes[g.first[n]:to]) > jobs[i].maxBytes
-		}
+	if err == nil {
+		tooLarge, err = s.popAnswers(ctx, pl, answers)
 	}
 	if err := settle(ctx, conn, committed, !tooLarge, err); err != nil {
 		return nil, err
@@ -377,15 +454,134 @@ func (s *Store) fusedRound(ctx context.Context, jobs []*roundJob) ([]roundResult
 	if tooLarge && !committed {
 		return nil, errTooLarge
 	}
-	for i, j := range jobs {
-		if len(j.acks) > 0 {
-			answers[i].ack = splitAck(ackRes.Results[ackFrom[i]:ackFrom[i]+len(j.acks)], ackFrom[i], j.acks, ackRes.Leases)
-		}
-	}
+	s.wakeRewound(pl.ackItems, pl.ackRes)
+	pl.ackAnswers(answers)
 	if tooLarge {
-		s.popAgainAlone(ctx, jobs, answers)
+		s.popAgainAlone(ctx, pl.jobs, answers)
 	}
 	return answers, nil
+}
+
+// routedRound runs a round on Citus whose pops all lease: each of its
+// calls is sent whole to the worker of its shard and commits there on its
+// own (the worker's commit, one phase), one after the other on one
+// connection: the acks, a call a shard, then the pops, a call a shard and
+// pass. A call that fails once another committed fails alone: its ack
+// items are answered unavailable (nothing of them was done), and the pops
+// of its key get its error, what its other calls leased withdrawn. Leases
+// and their acks are per partition, so nothing of the protocol rests on a
+// round's being one transaction.
+func (s *Store) routedRound(ctx context.Context, pl *roundPlan) ([]roundResult, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("consume: %w", err)
+	}
+	defer conn.Release()
+	answers := make([]roundResult, len(pl.jobs))
+	done := 0 // calls committed
+	ackRes, failed, err := s.routedAcks(ctx, conn, pl.ackItems, pl.acks, pl.ackRes, &done, pl.jobOfAck)
+	if err != nil {
+		return nil, err
+	}
+	pl.ackRes = ackRes
+	for _, g := range pl.groups {
+		if err := routedPops(ctx, conn, g.call, &done); err != nil {
+			if done == 0 {
+				return nil, err
+			}
+			g.err = err
+		}
+	}
+	tooLarge, err := s.popAnswers(ctx, pl, answers)
+	if err != nil {
+		return nil, err
+	}
+	pl.ackAnswers(answers)
+	for i, err := range failed {
+		answers[i].err = err
+	}
+	if tooLarge {
+		s.popAgainAlone(ctx, pl.jobs, answers)
+	}
+	return answers, nil
+}
+
+// routedAcks runs ack calls one by one through q, each its own transaction
+// sent whole to its shard's worker. done counts the calls committed so
+// far, by every step of the round: while none did, an error is the
+// round's, and it is run again as the scheduler sees fit. After, a call
+// the database did not answer answers its items unavailable; one that
+// failed on its data is run again a job's items at a time (jobOf gives
+// the job of an item), and a job whose items fail again gets the error
+// (failed), its items of other calls applied or not as they were.
+func (s *Store) routedAcks(ctx context.Context, q querier, items []protocol.AckItem, calls []*ackCall,
+	res protocol.AckResult, done *int, jobOf func(item int) int) (_ protocol.AckResult, failed map[int]error, err error) {
+	run := func(c *ackCall) error {
+		return againIfAborted(ctx, func() error {
+			got, err := c.through(ctx, q, items, res)
+			if err == nil {
+				res = got
+			}
+			return err
+		})
+	}
+	for _, c := range calls {
+		err := run(c)
+		switch {
+		case err == nil:
+			*done++
+		case *done == 0:
+			return res, nil, err
+		case IsUnavailable(err):
+			for _, i := range c.sent {
+				res.Results[i] = protocol.AckItemResult{Index: i, Code: string(protocol.CodeUnavailable)}
+			}
+		default:
+			byJob := map[int][]int{}
+			var jobs []int
+			for _, i := range c.sent {
+				if byJob[jobOf(i)] == nil {
+					jobs = append(jobs, jobOf(i))
+				}
+				byJob[jobOf(i)] = append(byJob[jobOf(i)], i)
+			}
+			for _, j := range jobs {
+				alone := newAckCall(items, byJob[j])
+				alone.route = c.route
+				if err := run(alone); err != nil {
+					if failed == nil {
+						failed = map[int]error{}
+					}
+					failed[j] = err
+				}
+			}
+		}
+	}
+	s.wakeRewound(items, res)
+	return sortLeases(res, len(calls)), failed, nil
+}
+
+// routedPops serves a pop call's passes through conn, each part its own
+// transaction sent whole to its shard's worker.
+func routedPops(ctx context.Context, conn *pgxpool.Conn, c *popCall, done *int) error {
+	for len(c.parts) > 0 {
+		c.pass++
+		for i := range c.parts {
+			var b pgx.Batch
+			c.queuePart(&b, i)
+			br := conn.SendBatch(ctx, &b)
+			err := c.readPart(br, i)
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			*done++
+		}
+		c.assign()
+	}
+	return nil
 }
 
 // popAgainAlone answers the pops of a committed round of which one result

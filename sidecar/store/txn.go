@@ -97,6 +97,7 @@ func (s *Store) transaction(ctx context.Context, acks []protocol.AckItem, msgs [
 		return ackRes, nil, fmt.Errorf("transaction: commit: %w", err)
 	}
 	s.wakeRouted(msgs)
+	s.wakeRewound(acks, ackRes)
 	return ackRes, outcomes, nil
 }
 

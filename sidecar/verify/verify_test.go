@@ -49,19 +49,7 @@ func TestVerifyWithFaults(t *testing.T) {
 	cfg.Interval = 5 * time.Second
 	cfg.Seed = 1
 	cfg.Out = filepath.Join(t.TempDir(), "verify.json")
-	var out bytes.Buffer
-	cfg.Output = &out
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("output:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if !rep.Passed || rep.Duplicates != 0 || rep.Gaps != 0 || rep.OrderViolations != 0 {
-		t.Fatalf("passed %v: %d duplicates, %d gaps, %d order violations", rep.Passed, rep.Duplicates, rep.Gaps, rep.OrderViolations)
-	}
+	rep := runPassing(t, cfg, 3*time.Minute)
 	// The loader pushes past --duration only while a consumer fault waits.
 	events := rep.Loader.Events
 	if events < cfg.Events() || (events > cfg.Events()) != (rep.Loader.Extended != "") {
@@ -189,19 +177,7 @@ func TestVerifyOnCitus(t *testing.T) {
 	cfg.Interval = 5 * time.Second
 	cfg.Seed = 1
 	cfg.Out = ""
-	var out bytes.Buffer
-	cfg.Output = &out
-
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("output:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if !rep.Passed || rep.Duplicates != 0 || rep.Gaps != 0 || rep.OrderViolations != 0 {
-		t.Fatalf("passed %v: %d duplicates, %d gaps, %d order violations", rep.Passed, rep.Duplicates, rep.Gaps, rep.OrderViolations)
-	}
+	rep := runPassing(t, cfg, 5*time.Minute)
 	for _, q := range rep.Queues {
 		if q.Verified != rep.Loader.Events {
 			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, rep.Loader.Events)
@@ -228,4 +204,23 @@ func TestVerifyOnCitus(t *testing.T) {
 	if c := rep.Conditions.Citus; c == nil || c.Workers != cfg.CitusWorkers || c.Shards != schema.DefaultShardCount {
 		t.Errorf("Citus conditions %+v, want %d workers and %d shards", c, cfg.CitusWorkers, schema.DefaultShardCount)
 	}
+}
+
+// runPassing runs cfg within limit, logging its output, and fails t unless
+// the run passed with no duplicate, gap or order violation.
+func runPassing(t *testing.T, cfg Config, limit time.Duration) *Report {
+	t.Helper()
+	var out bytes.Buffer
+	cfg.Output = &out
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !rep.Passed || rep.Duplicates != 0 || rep.Gaps != 0 || rep.OrderViolations != 0 {
+		t.Fatalf("passed %v: %d duplicates, %d gaps, %d order violations", rep.Passed, rep.Duplicates, rep.Gaps, rep.OrderViolations)
+	}
+	return rep
 }
