@@ -32,12 +32,15 @@ import (
 const Database = "queenside"
 
 // settings are each node's: Citus must be the first library loaded; 2PC
-// needs prepared transactions; shard moves need logical decoding; Citus
-// runs a maintenance daemon per database, a background worker each. The
-// nodes reach each other over their Unix sockets, where SSL does not apply.
+// needs prepared transactions, and a transaction a worker had prepared when
+// it went down is resolved within seconds, as README advises, not a minute;
+// shard moves need logical decoding; Citus runs a maintenance daemon per
+// database, a background worker each. The nodes reach each other over their
+// Unix sockets, where SSL does not apply.
 var settings = []string{
 	"shared_preload_libraries=citus",
 	"max_prepared_transactions=200",
+	"citus.recover_2pc_interval=5s",
 	"max_worker_processes=64",
 	"wal_level=logical",
 	"citus.node_conninfo='sslmode=disable'",
