@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,7 +56,8 @@ var ErrNoCitus = errors.New("schema: the citus extension is not installed in thi
 // refer to, then partitions by id over shardCount shards and the rest
 // co-located with it. Each step is its own transaction and one already
 // done is skipped, so a run cut short is finished by running it again.
-// Rows already there move to the shards with their table. The functions
+// Rows already there move to the shards with their table (the
+// coordinator keeps no copy of them). The functions
 // lose plan_cache_mode = force_generic_plan, which Citus cannot run
 // (SCALING.md, section 4, R8); their other planner settings stay.
 func Distribute(ctx context.Context, conn *pgx.Conn, shardCount int) error {
@@ -101,6 +103,13 @@ func Distribute(ctx context.Context, conn *pgx.Conn, shardCount int) error {
 		if err := step(t, "SELECT create_distributed_table($1::regclass, 'partition_id', colocate_with := $2)",
 			Name+"."+t, colocate); err != nil {
 			return err
+		}
+	}
+	// Citus copies a table's rows to its shards and leaves them in the
+	// coordinator's own relation too, where nothing reads them again.
+	for _, t := range append(slices.Clone(CitusDistributed), citusReference...) {
+		if _, err := conn.Exec(ctx, "SELECT truncate_local_data_after_distributing_table($1::regclass)", Name+"."+t); err != nil {
+			return fmt.Errorf("distribute %s: drop the coordinator's copy of its rows: %w", t, err)
 		}
 	}
 	rows, err := conn.Query(ctx, `

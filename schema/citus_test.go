@@ -46,10 +46,31 @@ func TestDistributeOnCitus(t *testing.T) {
 	if err := schema.Migrate(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
+	// Messages stored before: they move to the shards, and the
+	// coordinator keeps no copy of them.
+	before, err := store.Open(ctx, cluster.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range 3 {
+		if _, err := before.Push(ctx, []store.Message{{Queue: "before", Partition: fmt.Sprintf("p%d", p), Payload: []byte{0xc0},
+			TransactionID: "b", MessageID: uuid.New()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before.Close()
 	for range 2 {
 		if err := schema.Distribute(ctx, conn, 4); err != nil {
 			t.Fatal(err)
 		}
+	}
+	var moved, kept int64
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM queenside.segments), pg_relation_size('queenside.segments')`).
+		Scan(&moved, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if moved != 3 || kept != 0 {
+		t.Errorf("after distributing: %d segments on the shards, %d bytes left on the coordinator; want 3 and none", moved, kept)
 	}
 	var generic []string
 	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(p.proname::text), '{}') FROM pg_proc p
