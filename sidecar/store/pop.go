@@ -249,7 +249,7 @@ type popCall struct {
 	routed       bool        // on Citus: each call goes to its shard's worker (queuePart)
 	left         []popBudget // what each request may still be served
 	runs         []popRun    // what was read
-	pass         int32
+	pass         int32       // of the parts to come, from 1
 }
 
 // popPart is one call of pop_from, for some of the requests.
@@ -345,6 +345,7 @@ func (s *Store) readyByShard(ctx context.Context, group int64, reqs []PopRequest
 // on two shards by one statement; and one transaction serves the round.
 func (c *popCall) assign() {
 	c.parts = nil
+	c.pass++
 	var wanting []int
 	for i, b := range c.left {
 		if b.partitions > 0 && b.messages > 0 {
@@ -404,7 +405,6 @@ func (c *popCall) queuePart(b *pgx.Batch, i int) {
 // readPass reads the answer of the pass's calls, and makes the next pass
 // (assign); more tells whether there is one.
 func (c *popCall) readPass(br pgx.BatchResults) (more bool, err error) {
-	c.pass++
 	for i := range c.parts {
 		if err := c.readPart(br, i); err != nil {
 			return false, err

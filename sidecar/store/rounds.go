@@ -565,7 +565,6 @@ func (s *Store) routedAcks(ctx context.Context, q querier, items []protocol.AckI
 // transaction sent whole to its shard's worker.
 func routedPops(ctx context.Context, conn *pgxpool.Conn, c *popCall, done *int) error {
 	for len(c.parts) > 0 {
-		c.pass++
 		for i := range c.parts {
 			var b pgx.Batch
 			c.queuePart(&b, i)
