@@ -18,8 +18,8 @@ import (
 )
 
 // The dashboard at / and the JSON it reads under /api/, documented in
-// sidecar/dashboard/API.md. Reads are open, as /metrics is; writes go
-// through adminOnly.
+// sidecar/dashboard/API.md. Reads go through gateReads, writes through
+// adminOnly (api_auth.go).
 
 const (
 	// apiTimeout bounds every API request's database work.
@@ -33,7 +33,12 @@ const (
 	defaultDLQPage, maxDLQPage             = 50, 500
 )
 
-func (s *Server) routeDashboard(mux *http.ServeMux) {
+func (s *Server) routeDashboard(root *http.ServeMux) {
+	mux := http.NewServeMux()
+	gated := s.gateReads(mux)
+	root.Handle("GET /api/", gated)
+	root.Handle("POST /api/", gated)
+	root.Handle("GET /", http.FileServerFS(dashboard.Assets()))
 	mux.HandleFunc("GET /api/info", s.apiInfo)
 	mux.HandleFunc("GET /api/auth", s.apiAuth)
 	mux.HandleFunc("GET /api/queues", s.api(s.apiQueues))
@@ -51,7 +56,6 @@ func (s *Server) routeDashboard(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("GET /api/", noAPI)
 	mux.HandleFunc("POST /api/", noAPI)
-	mux.Handle("GET /", http.FileServerFS(dashboard.Assets()))
 }
 
 // api runs fn with a bounded context once the schema is ready, and writes
@@ -100,19 +104,31 @@ func writeAPIError[C ~string](w http.ResponseWriter, status int, code C, message
 }
 
 func (s *Server) apiInfo(w http.ResponseWriter, _ *http.Request) {
-	writes := "disabled"
-	if s.opts.AdminToken != "" {
+	writes, reads := "disabled", "open"
+	if len(s.opts.Tokens.Admin) > 0 {
 		writes = "token"
+	}
+	if s.opts.Tokens.readsNeedToken() {
+		reads = "token"
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"sidecarId": s.id, "version": Version, "uptimeSeconds": time.Since(s.started).Seconds(),
-		"writes": writes, "refreshMs": dashboardRefresh.Milliseconds(),
+		"writes": writes, "reads": reads, "refreshMs": dashboardRefresh.Milliseconds(),
 	})
 }
 
+// apiAuth tells whether the request's token is one of this sidecar's, and
+// what it may do.
 func (s *Server) apiAuth(w http.ResponseWriter, r *http.Request) {
-	if s.authorize(w, r) {
-		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	name, got := s.opts.Tokens.match(r)
+	switch {
+	case got != roleNone:
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "name": name, "role": got.String()})
+	case len(s.opts.Tokens.Admin)+len(s.opts.Tokens.Read) == 0:
+		writeAPIError(w, http.StatusForbidden, "writes_disabled",
+			"this sidecar has no token: writes are disabled (start it with --admin-token-file to allow them)")
+	default:
+		writeAPIError(w, http.StatusForbidden, "forbidden", "this is not a token of this sidecar")
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -191,7 +190,7 @@ func TestDashboardAPIReadsQueuesGroupsAndPartitions(t *testing.T) {
 }
 
 func TestDashboardWritesNeedTheAdminToken(t *testing.T) {
-	ts := startSidecar(t, "", Options{AdminToken: testAdminToken})
+	ts := startSidecar(t, "", Options{Tokens: AdminTokens(testAdminToken)})
 	srv := httptest.NewServer(ts.srv.HTTPHandler())
 	defer srv.Close()
 	c := ts.client(t)
@@ -298,28 +297,5 @@ func TestDashboardWritesNeedTheAdminToken(t *testing.T) {
 	}
 	if _, info := apiCall(t, osrv, "GET", "/api/info", "", nil); info["writes"] != "disabled" {
 		t.Fatalf("/api/info: %v", info)
-	}
-}
-
-func TestAdminTokenFile(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := dir + "/" + name
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	if tok, err := readAdminToken(write("ok", "  "+testAdminToken+"\n")); err != nil || tok != testAdminToken {
-		t.Fatalf("%q %v", tok, err)
-	}
-	if _, err := readAdminToken(write("short", "abc\n")); err == nil {
-		t.Fatal("a short token was accepted")
-	}
-	if _, err := readAdminToken(dir + "/missing"); err == nil {
-		t.Fatal("a missing file was accepted")
-	}
-	if tok, err := readAdminToken(""); err != nil || tok != "" {
-		t.Fatalf("no file: %q %v", tok, err)
 	}
 }

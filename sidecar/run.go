@@ -48,9 +48,12 @@ type Config struct {
 	// Profiling serves Go's pprof endpoints under /debug/pprof/ on the HTTP
 	// side port, for finding where the time goes.
 	Profiling bool
-	// AdminTokenFile holds the token the dashboard's writes need (its
-	// content, surrounding whitespace trimmed); "" refuses every write.
+	// AdminTokenFile holds the tokens the dashboard's writes need, one
+	// `<name>:<token>` a line or one bare token; "" refuses every write.
 	AdminTokenFile string
+	// ReadTokenFile holds tokens that may only read, in the same form;
+	// when set, the dashboard's reads need a token too.
+	ReadTokenFile string
 	// EncryptionKeysFile holds the keys that seal the payloads of queues
 	// with encryptPayloads: one `<id>:<base64 of 32 bytes>` a line, the
 	// first one writing. Read again on SIGHUP. "" gives no key.
@@ -75,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Deferred first, so it runs last: the spans of the drain are flushed.
 	stopTracing := telemetry.Setup(ctx, Version, log.Named("tracing"))
 	defer stopTracing()
-	adminToken, err := readAdminToken(cfg.AdminTokenFile)
+	tokens, err := readTokens(cfg.AdminTokenFile, cfg.ReadTokenFile)
 	if err != nil {
 		return err
 	}
@@ -117,7 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Buffer: buf, Logger: log,
-		ID: id, AdminToken: adminToken, Keys: keys})
+		ID: id, Tokens: tokens, Keys: keys})
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
 	replayCtx, stopReplay := context.WithCancel(context.Background())

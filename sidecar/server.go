@@ -37,10 +37,10 @@ type Options struct {
 	// ID is the sidecar's id, as hello and the dashboard show it; "" draws
 	// a random one. Run gives the one it also names its database sessions by.
 	ID string
-	// AdminToken, when set, allows the dashboard's writes (replaying dead
-	// letters, seeking) to requests that carry it as a bearer token; when
-	// empty, every write is refused.
-	AdminToken string
+	// Tokens are the bearer tokens of the dashboard's API: without an
+	// admin token every write is refused; with a read token, reads need a
+	// token too.
+	Tokens Tokens
 	// Keys seal and open the payloads of queues with encryptPayloads; nil
 	// holds no key (such pushes and pops fail with key_missing).
 	Keys *crypt.Keyring

@@ -48,7 +48,8 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.IntFlag{Name: "max-frame-bytes", Value: protocol.DefaultMaxFrameBytes, Usage: "largest frame body accepted"},
 		&cli.DurationFlag{Name: "shutdown-grace", Value: sidecar.DefaultShutdownGrace, Usage: "how long SIGTERM waits for requests in flight"},
 		&cli.DurationFlag{Name: "retention-interval", Value: sidecar.DefaultRetentionInterval, Usage: "time between two rounds of deleting what retention allows (0: never, on this sidecar)"},
-		&cli.StringFlag{Name: "admin-token-file", Usage: "file holding the token (16 characters or more) that the dashboard's writes need as Authorization: Bearer; without it every write is refused", EnvVars: []string{"QUEENSIDE_ADMIN_TOKEN_FILE"}},
+		&cli.StringFlag{Name: "admin-token-file", Usage: "file of the tokens (16 characters or more; one <name>:<token> a line, or one bare token) that may read and write the dashboard's API as Authorization: Bearer; without it every write is refused", EnvVars: []string{"QUEENSIDE_ADMIN_TOKEN_FILE"}},
+		&cli.StringFlag{Name: "read-token-file", Usage: "file of tokens, in the same form, that may only read the dashboard's API; with it, reads need a token too (without it they are open, as /metrics is)", EnvVars: []string{"QUEENSIDE_READ_TOKEN_FILE"}},
 		&cli.StringFlag{Name: "encryption-keys", Usage: "file of the keys that seal the payloads of queues with encryptPayloads: one <id>:<base64 of 32 bytes> a line, the first one writing (queenside keygen makes one); read again on SIGHUP", EnvVars: []string{"QUEENSIDE_ENCRYPTION_KEYS"}},
 		&cli.BoolFlag{Name: "pprof", Usage: "serve Go's profiling endpoints under /debug/pprof/ on --http-addr"},
 		&cli.StringFlag{Name: "session-database-url", Usage: "PostgreSQL itself, not a transaction pooler, for the janitor's advisory lock, migrations and LISTEN (default: --database-url)", EnvVars: []string{"QUEENSIDE_SESSION_DATABASE_URL"}},
@@ -73,8 +74,10 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 	if d := c.Duration("retention-interval"); d < 0 {
 		return sidecar.Config{}, fmt.Errorf("--retention-interval %v: want 0 (off) or more", d)
 	}
-	if c.String("admin-token-file") != "" && c.String("http-addr") == "" {
-		return sidecar.Config{}, fmt.Errorf("--admin-token-file needs --http-addr: the dashboard is served there")
+	for _, flag := range []string{"admin-token-file", "read-token-file"} {
+		if c.String(flag) != "" && c.String("http-addr") == "" {
+			return sidecar.Config{}, fmt.Errorf("--%s needs --http-addr: the dashboard is served there", flag)
+		}
 	}
 	if c.Bool("pprof") && c.String("http-addr") == "" {
 		return sidecar.Config{}, fmt.Errorf("--pprof needs --http-addr")
@@ -99,6 +102,7 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 		Logger:        log,
 
 		AdminTokenFile:     c.String("admin-token-file"),
+		ReadTokenFile:      c.String("read-token-file"),
 		EncryptionKeysFile: c.String("encryption-keys"),
 		RetentionInterval:  c.Duration("retention-interval"),
 		Database: store.Options{

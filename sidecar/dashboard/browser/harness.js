@@ -99,14 +99,17 @@ export function uniqueQueue(prefix) {
 
 /**
  * A second sidecar, `queenside serve` on the same database, with its HTTP
- * port and no --admin-token-file: every write of its dashboard is refused.
+ * port and args; without an --admin-token-file in args every write of its
+ * dashboard is refused.
  */
-export async function startReadOnlySidecar(main) {
+export async function startSecondSidecar(main, { name = 'second', args = [] } = {}) {
   const port = await freePort();
   const srv = await startServe(main.bin, main.dir, {
-    name: 'readonly', databaseUrl: main.databaseUrl, args: ['--http-addr', `127.0.0.1:${port}`],
+    name, databaseUrl: main.databaseUrl, args: ['--http-addr', `127.0.0.1:${port}`, ...args],
   });
   const url = `http://127.0.0.1:${port}/`;
   await waitHttp(url, srv.child);
-  return { url, socket: srv.socket, stop: srv.stop };
+  return { url, socket: srv.socket, output: srv.child.output, stop: srv.stop };
 }
+
+export const startReadOnlySidecar = (main) => startSecondSidecar(main, { name: 'readonly' });

@@ -1,22 +1,33 @@
 // The dashboard's only way to the sidecar: GET and POST on api/ (API.md),
 // relative to the page so that it also works behind a path prefix.
-// The admin token lives in sessionStorage and goes only into the
-// Authorization header of writes and of the token check; nothing logs it.
+// The token (admin or read) lives in sessionStorage with its role, and
+// goes only into the Authorization header of requests; nothing logs it.
 
-const TOKEN_KEY = 'queenside.adminToken';
+const TOKEN_KEY = 'queenside.token';
+const ROLE_KEY = 'queenside.tokenRole';
 
-export function getToken() {
+function stored(key) {
   try {
-    return sessionStorage.getItem(TOKEN_KEY) || '';
+    return sessionStorage.getItem(key) || '';
   } catch {
     return '';
   }
 }
 
-export function setToken(token) {
+export const getToken = () => stored(TOKEN_KEY);
+
+/** What the kept token may do, as api/auth said: "admin", "read" or "". */
+export const getTokenRole = () => (getToken() ? stored(ROLE_KEY) || 'admin' : '');
+
+export function setToken(token, role = '') {
   try {
-    if (token) sessionStorage.setItem(TOKEN_KEY, token);
-    else sessionStorage.removeItem(TOKEN_KEY);
+    if (token) {
+      sessionStorage.setItem(TOKEN_KEY, token);
+      sessionStorage.setItem(ROLE_KEY, role);
+    } else {
+      sessionStorage.removeItem(TOKEN_KEY);
+      sessionStorage.removeItem(ROLE_KEY);
+    }
   } catch {
     // storage refused (private mode): the token is then asked for again
   }
@@ -34,13 +45,14 @@ export class ApiError extends Error {
 }
 
 /**
- * One API call. GET needs nothing; a POST carries the admin token when one
- * is kept. Resolves with the parsed JSON, rejects with ApiError.
+ * One API call, carrying the kept token when there is one (reads need it
+ * on a sidecar with read tokens, writes always). Resolves with the parsed
+ * JSON, rejects with ApiError.
  */
 export async function api(path, { method = 'GET', body, token } = {}) {
   const headers = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
-  const bearer = token ?? (method === 'GET' ? '' : getToken());
+  const bearer = token ?? getToken();
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
   let res;
   try {

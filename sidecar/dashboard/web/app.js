@@ -1,7 +1,7 @@
 // The dashboard: hash routes, one page at a time, each refreshed every
 // refreshMs (from api/info) without reloading, under a banner while any
 // cluster maintenance is on.
-import { api, ApiError, getToken, setToken } from './api.js';
+import { api, ApiError, getToken, getTokenRole, setToken } from './api.js';
 import { h, duration, time } from './dom.js';
 import * as queues from './pages/queues.js';
 import * as queue from './pages/queue.js';
@@ -22,7 +22,7 @@ const banner = document.getElementById('banner');
 const maintenanceBanner = document.getElementById('maintenance-banner');
 
 /** What api/info said; refreshMs until then is the documented default. */
-const info = { sidecarId: '', version: '', uptimeSeconds: 0, writes: 'token', refreshMs: 2000, loadedAt: Date.now() };
+const info = { sidecarId: '', version: '', uptimeSeconds: 0, writes: 'token', reads: 'open', refreshMs: 2000, loadedAt: Date.now() };
 
 let generation = 0;
 let current = null;
@@ -154,19 +154,36 @@ function renderSidecar() {
 
 function renderTokenButton() {
   const b = document.getElementById('token-button');
-  if (info.writes === 'disabled') {
+  const role = getTokenRole();
+  if (role === 'admin') {
+    b.textContent = 'Admin token ✓';
+    b.title = 'An admin token is kept for this tab: it may read and write.';
+    b.dataset.state = 'set';
+  } else if (role === 'read') {
+    b.textContent = 'Read token ✓';
+    b.title = 'A read token is kept for this tab: writes need an admin token.';
+    b.dataset.state = 'read';
+  } else if (info.reads === 'token') {
+    b.textContent = 'Token needed';
+    b.title = 'This sidecar\'s API answers only requests that carry a token.';
+    b.dataset.state = 'needed';
+  } else if (info.writes === 'disabled') {
     b.textContent = 'Writes disabled';
     b.title = 'This sidecar was started without --admin-token-file: every write is refused.';
     b.dataset.state = 'disabled';
-  } else if (getToken()) {
-    b.textContent = 'Admin token ✓';
-    b.title = 'An admin token is kept for this tab: writes send it.';
-    b.dataset.state = 'set';
   } else {
     b.textContent = 'Admin token';
-    b.title = 'Writes need the admin token.';
+    b.title = 'Writes need an admin token.';
     b.dataset.state = 'unset';
   }
+}
+
+/** The dialog's opening line: what the sidecar asks for and what is kept. */
+function tokenSituation() {
+  const kept = { admin: 'An admin token is kept for this tab.', read: 'A read token is kept for this tab: writes need an admin token.' }[getTokenRole()] || 'No token is kept.';
+  if (info.reads === 'token') return `This sidecar's pages need a token (a read or an admin token). ${kept}`;
+  if (info.writes === 'disabled') return 'This sidecar was started without --admin-token-file: writes are disabled whatever the token.';
+  return kept;
 }
 
 function setupTokenDialog() {
@@ -174,15 +191,7 @@ function setupTokenDialog() {
   const form = document.getElementById('token-form');
   const input = document.getElementById('token-input');
   const status = document.getElementById('token-status');
-  document.getElementById('token-button').addEventListener('click', () => {
-    input.value = '';
-    status.textContent = info.writes === 'disabled'
-      ? 'This sidecar was started without --admin-token-file: writes are disabled whatever the token.'
-      : getToken() ? 'A token is kept for this tab.' : 'No token is kept.';
-    status.className = 'form-status';
-    dialog.showModal();
-    input.focus();
-  });
+  document.getElementById('token-button').addEventListener('click', openTokenDialog);
   form.addEventListener('submit', async (ev) => {
     const action = ev.submitter ? ev.submitter.value : 'check';
     if (action === 'cancel') return; // the dialog closes by itself
@@ -201,23 +210,37 @@ function setupTokenDialog() {
     status.textContent = 'Checking…';
     status.className = 'form-status';
     try {
-      await api('auth', { token });
-      setToken(token);
+      const auth = await api('auth', { token });
+      setToken(token, auth.role);
       input.value = '';
       status.textContent = 'Token accepted.';
       dialog.close();
+      // the page held back for want of a token is shown now; any other
+      // page reads with the new token from its next refresh
+      if (document.getElementById('token-needed')) route();
     } catch (err) {
       status.className = 'form-status error';
       if (err.status === 403 && err.code === 'writes_disabled') {
         status.textContent = 'Refused (403 writes_disabled): this sidecar was started without --admin-token-file, so writes are disabled.';
       } else if (err.status === 403) {
-        status.textContent = `Refused (403 ${err.code}): this is not the sidecar's admin token.`;
+        status.textContent = `Refused (403 ${err.code}): this is not a token of this sidecar.`;
       } else {
         status.textContent = `Could not check the token: ${err.message}`;
       }
     }
   });
   window.addEventListener('queenside:token', renderTokenButton);
+}
+
+function openTokenDialog() {
+  const dialog = document.getElementById('token-dialog');
+  const input = document.getElementById('token-input');
+  const status = document.getElementById('token-status');
+  input.value = '';
+  status.textContent = tokenSituation();
+  status.className = 'form-status';
+  if (!dialog.open) dialog.showModal();
+  input.focus();
 }
 
 async function loadInfo() {
@@ -237,4 +260,11 @@ renderTokenButton();
 window.addEventListener('hashchange', route);
 setInterval(renderSidecar, 30_000);
 await loadInfo();
-route();
+if (info.reads === 'token' && !getToken()) {
+  // a sidecar whose reads need a token shows nothing until it is given one
+  main.replaceChildren(h('h1', { tabindex: '-1' }, 'Token needed'),
+    h('p', { id: 'token-needed' }, 'This sidecar was started with --read-token-file: its pages need a read or an admin token.'));
+  openTokenDialog();
+} else {
+  route();
+}

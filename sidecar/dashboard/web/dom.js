@@ -118,7 +118,7 @@ export function writeError(err) {
     return 'Refused (403 writes_disabled): this sidecar was started without --admin-token-file, so every write is disabled.';
   }
   if (err.status === 403) {
-    return `Refused (403 ${err.code}): the admin token is missing or wrong. Set it with "Admin token" at the top right.`;
+    return `Refused (403 ${err.code}): ${err.message}. Set an admin token with the token button at the top right.`;
   }
   return `Failed (${err.status || 'no answer'} ${err.code}): ${err.message}`;
 }

@@ -81,7 +81,7 @@ const mark = (page) => page.evaluate(() => {
 const marked = (page) => page.evaluate(() => window.__queensideMark === 'same document');
 
 /** Keeps the admin token in the page's tab, as the token dialog does. */
-const keepToken = (page) => page.evaluate((t) => sessionStorage.setItem('queenside.adminToken', t), sidecar.token);
+const keepToken = (page) => page.evaluate((t) => sessionStorage.setItem('queenside.token', t), sidecar.token);
 
 /** Waits for the confirmation dialog, answers it, and returns what it said. */
 async function answerConfirm(page, answer = 'ok') {
@@ -317,7 +317,7 @@ test('seek with the token moves the group\'s cursors', async () => {
   await client.push(Array.from({ length: 5 }, (_, i) => ({ queue: q, partition: 'only', payload: i })));
   await client.pop(q, { group: 'replayers', batch: 5, autoAck: true });
   const page = await visit(`/queues/${encodeURIComponent(q)}`);
-  await page.evaluate((t) => sessionStorage.setItem('queenside.adminToken', t), sidecar.token);
+  await page.evaluate((t) => sessionStorage.setItem('queenside.token', t), sidecar.token);
   const group = '#groups-table tr[data-group="replayers"]';
   await waitValue(page, `${group} [data-col=lag]`, 0);
   await page.select('#seek-to', 'beginning');

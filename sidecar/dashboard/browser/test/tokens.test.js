@@ -1,0 +1,95 @@
+// Read tokens and admin tokens: a sidecar started with --read-token-file
+// shows nothing until it is given a token; a read token reads and is
+// refused every write; an admin token writes, and the sidecar logs the
+// write under the token's name.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { connect, startSecondSidecar, startSidecar, uniqueQueue } from '../harness.js';
+import { launch, openPage, text } from '../browser.js';
+
+let main;
+let guarded;
+let client;
+let browser;
+const readToken = randomBytes(24).toString('hex');
+const aliceToken = randomBytes(24).toString('hex');
+
+before(async () => {
+  main = await startSidecar();
+  const readFile = join(main.dir, 'read-tokens');
+  const adminFile = join(main.dir, 'admin-tokens');
+  writeFileSync(readFile, `# dashboards that only look\ngrafana:${readToken}\n`, { mode: 0o600 });
+  writeFileSync(adminFile, `alice:${aliceToken}\n`, { mode: 0o600 });
+  guarded = await startSecondSidecar(main, {
+    name: 'guarded', args: ['--read-token-file', readFile, '--admin-token-file', adminFile, '--log-level', 'info'],
+  });
+  client = await connect({ socket: main.socket });
+  browser = await launch();
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (client) await client.close();
+  if (guarded) await guarded.stop();
+  if (main) await main.stop();
+});
+
+async function giveToken(page, token) {
+  await page.waitForSelector('#token-dialog[open]');
+  await page.click('#token-input', { clickCount: 3 });
+  await page.type('#token-input', token);
+  await page.click('#token-save');
+  await page.waitForSelector('#token-dialog:not([open])');
+}
+
+test('a sidecar with read tokens asks for one, reads with it, and writes only with an admin token', async () => {
+  const q = uniqueQueue('guarded');
+  await client.push({ queue: q, payload: { hello: 'world' } });
+  const page = await openPage(browser);
+  page.allow403(/\/pause$/);
+
+  // Nothing is read before a token is given: no request fails with 401.
+  await page.goto(`${guarded.url}#/queues`);
+  await page.waitForSelector('#token-dialog[open]');
+  assert.equal(await text(page, '#token-button'), 'Token needed');
+  assert.match(await text(page, '#token-needed'), /--read-token-file/);
+  assert.match(await text(page, '#token-status'), /need a token/);
+  const unauthorized = await page.evaluate(async () => (await fetch('api/queues')).status);
+  assert.equal(unauthorized, 401, 'the API itself refuses a read without a token');
+  page.problems.length = 0; // that 401 was asked for
+
+  // The read token shows the pages.
+  await giveToken(page, readToken);
+  assert.equal(await text(page, '#token-button'), 'Read token ✓');
+  await page.waitForSelector(`[data-queue="${q}"]`);
+
+  // ... and is refused a write, which says why.
+  await page.goto(`${guarded.url}#/queues/${encodeURIComponent(q)}`);
+  await page.waitForSelector('#pause-toggle:not([disabled])');
+  await page.click('#pause-toggle');
+  await page.waitForSelector('#confirm-dialog[open]');
+  await page.click('#confirm-ok');
+  await page.waitForSelector('#pause-status.error');
+  assert.match(await text(page, '#pause-status'), /403 forbidden.*"grafana" may only read/);
+
+  // An admin token writes, and the sidecar logs who wrote what.
+  await page.click('#token-button');
+  await giveToken(page, aliceToken);
+  assert.equal(await text(page, '#token-button'), 'Admin token ✓');
+  await page.waitForSelector('#pause-toggle:not([disabled])');
+  await page.click('#pause-toggle');
+  await page.waitForSelector('#confirm-dialog[open]');
+  await page.click('#confirm-ok');
+  await page.waitForSelector('#queue-badges [data-badge=paused]');
+  const log = guarded.output();
+  assert.match(log, /dashboard write refused: token=grafana method=POST path=\/api\/queues\/\S+\/pause/);
+  assert.match(log, new RegExp(`dashboard write: token=alice method=POST path=/api/queues/${q}/pause body=.*paused.*true.* status=200`));
+  assert.ok(!log.includes(readToken) && !log.includes(aliceToken), 'no token is logged');
+  assert.ok(!page.consoleTexts.some((t) => t.includes(readToken) || t.includes(aliceToken)), 'no token in the console');
+  const problems = [...page.problems];
+  await page.close();
+  assert.deepEqual(problems, [], 'the page had problems');
+});
