@@ -12,6 +12,7 @@ import (
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar"
+	"github.com/queenside/queenside/sidecar/history"
 	"github.com/queenside/queenside/sidecar/store"
 )
 
@@ -54,6 +55,7 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.StringFlag{Name: "session-database-url", Usage: "PostgreSQL itself, not a transaction pooler, for the janitor's advisory lock, migrations and LISTEN (default: --database-url)", EnvVars: []string{"QUEENSIDE_SESSION_DATABASE_URL"}},
 		&cli.StringFlag{Name: "listen-database-url", Usage: "where the notification listener connects (default: --session-database-url); \"none\": no listener, waiting pops look every second", EnvVars: []string{"QUEENSIDE_LISTEN_DATABASE_URL"}},
 		&cli.IntFlag{Name: "database-connections", Value: store.DefaultConnections, Usage: "PostgreSQL connections this sidecar opens at most, all told: the pool gets what the session connection and the listener leave", EnvVars: []string{"QUEENSIDE_DATABASE_CONNECTIONS"}},
+		&cli.DurationFlag{Name: "history-interval", Value: history.DefaultInterval, Hidden: true, Usage: "time between two samples of the dashboard's history; for tests"},
 		&cli.StringFlag{Name: "query-exec-mode", Value: store.QueryModeAuto, Usage: "how statements are sent: auto (cache_describe when --session-database-url is set apart, as behind PgBouncer; else cache_statement), cache_statement, cache_describe, describe_exec, exec, simple_protocol", EnvVars: []string{"QUEENSIDE_QUERY_EXEC_MODE"}},
 	}, logFlags()...)
 }
@@ -101,6 +103,7 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 		AdminTokenFile:     c.String("admin-token-file"),
 		EncryptionKeysFile: c.String("encryption-keys"),
 		RetentionInterval:  c.Duration("retention-interval"),
+		HistoryInterval:    c.Duration("history-interval"),
 		Database: store.Options{
 			SessionURL:    c.String("session-database-url"),
 			ListenURL:     c.String("listen-database-url"),
