@@ -259,7 +259,7 @@ func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
 }
 
 func (s *Server) apiSpool(w http.ResponseWriter, _ *http.Request) {
-	res := map[string]any{"enabled": s.buffer != nil, "records": 0, "bytes": 0, "replaying": false,
+	res := map[string]any{"at": time.Now().UTC(), "enabled": s.buffer != nil, "records": 0, "bytes": 0, "replaying": false,
 		"replayed": 0, "rejected": 0, "databaseUp": s.ready.Load(), "quarantined": []string{}, "warnings": []string{}}
 	if s.buffer != nil {
 		b := s.buffer.Stats()

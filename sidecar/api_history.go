@@ -26,7 +26,8 @@ func (s *Server) startHistory() {
 // never a zero: a chart must not show an outage as an idle queue.
 func (s *Server) readHistory(ctx context.Context) history.Sample {
 	gap := math.NaN()
-	smp := history.Sample{Pushed: gap, Consumed: gap, DatabaseLatencyMs: gap, SpoolRecords: gap}
+	// Without a spool its records are 0, as /api/spool says.
+	smp := history.Sample{Pushed: gap, Consumed: gap, DatabaseLatencyMs: gap}
 	if s.buffer != nil {
 		smp.SpoolRecords = float64(s.buffer.Stats().Records)
 	}

@@ -29,7 +29,7 @@ const (
 const ValueBytes = (4 + MaxQueues*(2+MaxGroups)) * Capacity * 8
 
 // Sample is one reading of what the charts show. NaN is a gap: a figure
-// that was not read (the database did not answer, no spool).
+// that was not read (the database did not answer).
 type Sample struct {
 	At time.Time
 	// Pushed and Consumed are the counters of every queue, summed.
