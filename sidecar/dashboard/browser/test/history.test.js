@@ -50,7 +50,7 @@ before(async () => {
   stopTraffic = startTraffic();
   // Wait until the history holds the traffic's group: its samples began
   // before any page was open.
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + 90_000;
   for (;;) {
     const h = await getJSON(`history?queue=${queue}`);
     if (h.at.length >= SAMPLES && h.queue && h.queue.groups.some((g) => g.group === 'billing' && g.lag.filter((v) => v !== null).length >= SAMPLES / 2)) break;
