@@ -51,6 +51,7 @@ func (s *Server) routeDashboard(root *http.ServeMux) {
 	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.api(s.apiDLQReplay)))
 	mux.HandleFunc("GET /api/spool", s.apiSpool)
 	mux.HandleFunc("GET /api/cluster", s.apiCluster)
+	mux.HandleFunc("GET /api/history", s.apiHistory)
 	noAPI := func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API at %s %s", r.Method, r.URL.Path))
 	}
@@ -274,7 +275,7 @@ func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
 }
 
 func (s *Server) apiSpool(w http.ResponseWriter, _ *http.Request) {
-	res := map[string]any{"enabled": s.buffer != nil, "records": 0, "bytes": 0, "replaying": false,
+	res := map[string]any{"at": time.Now().UTC(), "enabled": s.buffer != nil, "records": 0, "bytes": 0, "replaying": false,
 		"replayed": 0, "rejected": 0, "databaseUp": s.ready.Load(), "quarantined": []string{}, "warnings": []string{}}
 	if s.buffer != nil {
 		b := s.buffer.Stats()

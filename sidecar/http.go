@@ -19,7 +19,10 @@ import (
 //	        replay, database reachability, connections, leases.
 //	/       the operator dashboard, and under /api/ the JSON it reads
 //	        (sidecar/dashboard/API.md); writes need the admin token.
+//
+// Serving the dashboard starts sampling its history (api_history.go).
 func (s *Server) HTTPHandler() http.Handler {
+	s.startHistory()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /live", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -61,6 +61,9 @@ type Config struct {
 	Logger             hclog.Logger
 	// OnReady, when set, is called once the socket accepts connections.
 	OnReady func(srv *Server)
+	// HistoryInterval is the time between two samples of the dashboard's
+	// history (0: 5 s; below 0: no history).
+	HistoryInterval time.Duration
 }
 
 // Run serves until ctx ends, then drains within the grace period. The
@@ -120,7 +123,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Buffer: buf, Logger: log,
-		ID: id, Tokens: tokens, Keys: keys})
+		ID: id, Tokens: tokens, Keys: keys, HistoryInterval: cfg.HistoryInterval})
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
 	replayCtx, stopReplay := context.WithCancel(context.Background())

@@ -16,6 +16,7 @@ import (
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/buffer"
 	"github.com/queenside/queenside/sidecar/crypt"
+	"github.com/queenside/queenside/sidecar/history"
 	"github.com/queenside/queenside/sidecar/store"
 )
 
@@ -44,6 +45,9 @@ type Options struct {
 	// Keys seal and open the payloads of queues with encryptPayloads; nil
 	// holds no key (such pushes and pops fail with key_missing).
 	Keys *crypt.Keyring
+	// HistoryInterval is the time between two samples of the dashboard's
+	// history; 0 is history.DefaultInterval, and below 0 keeps no history.
+	HistoryInterval time.Duration
 }
 
 // Server serves the protocol on any number of listeners.
@@ -82,6 +86,11 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+
+	// history is what the dashboard's charts start from, sampled once the
+	// dashboard is served (startHistory).
+	history     *history.History
+	historyOnce sync.Once
 }
 
 // New returns a Server over st. It answers unavailable until SetReady.
@@ -97,6 +106,14 @@ func New(st *store.Store, opts Options) *Server {
 	}
 	if opts.ID == "" {
 		opts.ID = uuid.NewString()
+	}
+	if opts.HistoryInterval == 0 {
+		opts.HistoryInterval = history.DefaultInterval
+	}
+	// With the history off, its empty ring still states the usual interval.
+	historyInterval := opts.HistoryInterval
+	if historyInterval < 0 {
+		historyInterval = history.DefaultInterval
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
@@ -114,6 +131,7 @@ func New(st *store.Store, opts Options) *Server {
 		readyCh:   make(chan struct{}),
 		wakes:     newWakeHub(),
 		control:   newControl(),
+		history:   history.New(historyInterval),
 	}
 	s.pops = newPopHub(s)
 	s.ops = s.operations()

@@ -7,11 +7,13 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar"
+	"github.com/queenside/queenside/sidecar/history"
 	"github.com/queenside/queenside/sidecar/store"
 )
 
@@ -55,6 +57,7 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.StringFlag{Name: "session-database-url", Usage: "PostgreSQL itself, not a transaction pooler, for the janitor's advisory lock, migrations and LISTEN (default: --database-url)", EnvVars: []string{"QUEENSIDE_SESSION_DATABASE_URL"}},
 		&cli.StringFlag{Name: "listen-database-url", Usage: "where the notification listener connects (default: --session-database-url); \"none\": no listener, waiting pops look every second", EnvVars: []string{"QUEENSIDE_LISTEN_DATABASE_URL"}},
 		&cli.IntFlag{Name: "database-connections", Value: store.DefaultConnections, Usage: "PostgreSQL connections this sidecar opens at most, all told: the pool gets what the session connection and the listener leave", EnvVars: []string{"QUEENSIDE_DATABASE_CONNECTIONS"}},
+		&cli.DurationFlag{Name: "history-interval", Value: history.DefaultInterval, Usage: "time between two samples of the dashboard's history, which needs --http-addr and reads every queue's counters from the database in one statement (0: keep no history)", EnvVars: []string{"QUEENSIDE_HISTORY_INTERVAL"}},
 		&cli.StringFlag{Name: "query-exec-mode", Value: store.QueryModeAuto, Usage: "how statements are sent: auto (cache_describe when --session-database-url is set apart, as behind PgBouncer; else cache_statement), cache_statement, cache_describe, describe_exec, exec, simple_protocol", EnvVars: []string{"QUEENSIDE_QUERY_EXEC_MODE"}},
 	}, logFlags()...)
 }
@@ -70,6 +73,9 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 	}
 	if n := c.Int("max-frame-bytes"); n < 1024 || n > 1<<30 {
 		return sidecar.Config{}, fmt.Errorf("--max-frame-bytes %d: want 1024..%d", n, 1<<30)
+	}
+	if d := c.Duration("history-interval"); d < 0 {
+		return sidecar.Config{}, fmt.Errorf("--history-interval %v: want 0 (no history) or more", d)
 	}
 	if d := c.Duration("retention-interval"); d < 0 {
 		return sidecar.Config{}, fmt.Errorf("--retention-interval %v: want 0 (off) or more", d)
@@ -105,6 +111,7 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 		ReadTokenFile:      c.String("read-token-file"),
 		EncryptionKeysFile: c.String("encryption-keys"),
 		RetentionInterval:  c.Duration("retention-interval"),
+		HistoryInterval:    historyInterval(c.Duration("history-interval")),
 		Database: store.Options{
 			SessionURL:    c.String("session-database-url"),
 			ListenURL:     c.String("listen-database-url"),
@@ -117,4 +124,12 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 // signalContext ends on SIGINT or SIGTERM, which start a graceful drain.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// historyInterval maps the flag's 0 (no history) to the sidecar's "below 0".
+func historyInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

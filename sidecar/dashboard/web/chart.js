@@ -1,10 +1,13 @@
 // A live line chart of a few named series over the last minutes, drawn by
-// uPlot (vendor/uplot, loaded by index.html as the global uPlot). A series
-// that appears later (a new group) rebuilds the chart with its past as gaps.
+// uPlot (vendor/uplot, loaded by index.html as the global uPlot). It starts
+// from the sidecar's history (addAll, history.js) and goes on with live
+// readings (add). A series that appears later (a new group) rebuilds the
+// chart with its past as gaps. The container's data-points and data-since
+// (seconds) say what is drawn.
 
 const COLORS = ['#2563eb', '#d97706', '#059669', '#db2777', '#7c3aed', '#0891b2', '#65a30d', '#dc2626'];
-const WINDOW_S = 300; // the chart shows the last five minutes
-const MAX_POINTS = 200;
+const WINDOW_S = 900; // the chart shows the last 15 minutes, as long as the history
+const MAX_POINTS = 600; // 15 minutes of live readings 2 s apart, with room
 const MIN_SPAN_S = 60; // a young chart still spans a minute
 const HEIGHT = 200;
 
@@ -33,14 +36,32 @@ export class LiveChart {
   }
 
   /**
-   * Adds one reading.
+   * Adds one live reading; one without any value is left out (nothing to
+   * draw yet).
    * @param {number} t seconds since the epoch
    * @param {Map<string, number|null>} values by series key
    * @param {(key: string) => string} [name] legend text of a key
    */
   add(t, values, name = (k) => k) {
-    if (![...values.values()].some((v) => typeof v === 'number' && !Number.isNaN(v))) return; // nothing to draw yet
-    let rebuild = !this.plot;
+    if (![...values.values()].some((v) => typeof v === 'number' && !Number.isNaN(v))) return;
+    this.draw(this.push(t, values, name));
+  }
+
+  /**
+   * Adds readings, oldest first, and draws once: a reading without any
+   * value stays as a gap (the history's gaps are times nothing was read).
+   * @param {Array<[number, Map<string, number|null>]>} readings
+   * @param {(key: string) => string} [name] legend text of a key
+   */
+  addAll(readings, name = (k) => k) {
+    let rebuild = false;
+    for (const [t, values] of readings) rebuild = this.push(t, values, name) || rebuild;
+    this.draw(rebuild);
+  }
+
+  /** Adds a reading without drawing; says whether a new series appeared. */
+  push(t, values, name) {
+    let rebuild = false;
     for (const key of values.keys()) {
       if (!this.names.has(key)) {
         this.keys.push(key);
@@ -49,18 +70,25 @@ export class LiveChart {
         rebuild = true;
       }
     }
-    if (this.xs.length && t <= this.xs[this.xs.length - 1]) return; // a reading out of order
+    if (this.xs.length && t <= this.xs[this.xs.length - 1]) return rebuild; // a reading out of order
     this.xs.push(t);
     this.keys.forEach((key, i) => {
       const v = values.get(key);
-      this.ys[i].push(v === undefined || Number.isNaN(v) ? null : v);
+      this.ys[i].push(v === undefined || v === null || Number.isNaN(v) ? null : v);
     });
     while (this.xs.length > MAX_POINTS || (this.xs.length > 1 && this.xs[0] < t - WINDOW_S)) {
       this.xs.shift();
       for (const y of this.ys) y.shift();
     }
-    if (rebuild) this.build();
+    return rebuild;
+  }
+
+  draw(rebuild) {
+    if (!this.xs.length) return;
+    if (rebuild || !this.plot) this.build();
     else this.plot.setData([this.xs, ...this.ys]);
+    this.container.dataset.points = String(this.xs.length);
+    this.container.dataset.since = String(this.xs[0]);
   }
 
   build() {

@@ -5,6 +5,7 @@ import { api } from '../api.js';
 import { h, num, time, ago, bytes, duration, stat, writeError } from '../dom.js';
 import { LiveChart } from '../chart.js';
 import { confirmAction } from '../confirm.js';
+import { loadHistory, readings } from '../history.js';
 
 // What each kind of maintenance does, in the words the card and the
 // confirmation use.
@@ -147,7 +148,8 @@ export function create(ctx) {
 
   async function refresh() {
     const writes = maintWrites;
-    const c = await api('cluster');
+    // the latency chart starts from the served history, read once with the first reading
+    const [c, hist] = await Promise.all([api('cluster'), chart ? null : loadHistory()]);
     if (!ctx.live()) return;
     const db = c.database || {};
     const sidecars = c.sidecars || [];
@@ -176,7 +178,10 @@ export function create(ctx) {
       ['Checked', time(c.at)],
     ]));
     health.replaceChildren(...healthRows(c.health));
-    if (!chart) chart = new LiveChart(chartBox, { label: 'Database round trip in milliseconds', unit: ' ms' });
+    if (!chart) {
+      chart = new LiveChart(chartBox, { label: 'Database round trip in milliseconds', unit: ' ms' });
+      chart.addAll(readings(hist.t, [['round trip', hist.databaseLatencyMs]]));
+    }
     chart.add(Date.parse(c.at) / 1000, new Map([['round trip', db.latencyMs ?? null]]));
     el.dataset.ready = 'true';
   }

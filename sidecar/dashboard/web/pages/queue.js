@@ -6,6 +6,7 @@ import { h, num, rate, numCell, optionsText, stat, time, ago, groupName, writeEr
 import { confirmAction } from '../confirm.js';
 import { LiveChart } from '../chart.js';
 import { Rates } from './rates.js';
+import { loadHistory, readings } from '../history.js';
 
 const PAGE_SIZES = [50, 100, 250, 500];
 const SEEK_SHOWN = 100;
@@ -160,7 +161,8 @@ export function create(ctx) {
 
   async function refreshSummary() {
     const writes = pauseWrites;
-    const q = await api(`queues/${seg(name)}`);
+    // the lag chart starts from the served history, read once with the first reading
+    const [q, hist] = await Promise.all([api(`queues/${seg(name)}`), chart ? null : loadHistory(name)]);
     if (!ctx.live()) return;
     groups = q.groups || [];
     const pr = rates.update('pushed', q.at, q.pushed);
@@ -169,8 +171,13 @@ export function create(ctx) {
     if (writes === pauseWrites && !pauseBtn.dataset.busy) renderPaused(Boolean(q.options && q.options.consumptionPaused));
     renderGroups(q);
     renderSeekGroups();
-    if (!chart) chart = new LiveChart(chartBox, { label: `Lag by group of queue ${name}` });
-    chart.add(Date.parse(q.at) / 1000, new Map(groups.map((g) => [g.group, g.lag])), (g) => (g === '' ? '(queue mode)' : g));
+    const legend = (g) => (g === '' ? '(queue mode)' : g);
+    if (!chart) {
+      chart = new LiveChart(chartBox, { label: `Lag by group of queue ${name}` });
+      // a queue the history does not keep (past its bound) starts live
+      if (hist.queue) chart.addAll(readings(hist.t, hist.queue.groups.map((g) => [g.group, g.lag])), legend);
+    }
+    chart.add(Date.parse(q.at) / 1000, new Map(groups.map((g) => [g.group, g.lag])), legend);
   }
 
   function leaseText(g) {

@@ -3,7 +3,8 @@
 import { api, seg } from '../api.js';
 import { h, num, rate, numCell, optionsText, stat, pausedBadge } from '../dom.js';
 import { LiveChart } from '../chart.js';
-import { Rates } from './rates.js';
+import { Rates, seriesRates } from './rates.js';
+import { loadHistory, readings } from '../history.js';
 
 export function create(ctx) {
   const rates = new Rates();
@@ -35,7 +36,8 @@ export function create(ctx) {
   let chart = null;
 
   async function refresh() {
-    const data = await api('queues');
+    // the chart starts from the served history, read once with the first reading
+    const [data, hist] = await Promise.all([api('queues'), chart ? null : loadHistory()]);
     if (!ctx.live()) return;
     const list = data.queues || [];
     let pushedTotal = null;
@@ -68,7 +70,10 @@ export function create(ctx) {
       stat('Pushed/s', rate(pushedTotal)),
       stat('Consumed/s', rate(consumedTotal)),
     );
-    if (!chart) chart = new LiveChart(chartBox, { label: 'Pushed and consumed per second, all queues', unit: '/s' });
+    if (!chart) {
+      chart = new LiveChart(chartBox, { label: 'Pushed and consumed per second, all queues', unit: '/s' });
+      chart.addAll(readings(hist.t, [['pushed/s', seriesRates(hist.at, hist.pushed)], ['consumed/s', seriesRates(hist.at, hist.consumed)]]));
+    }
     chart.add(Date.parse(data.at) / 1000, new Map([['pushed/s', pushedTotal], ['consumed/s', consumedTotal]]));
     el.dataset.ready = 'true';
   }

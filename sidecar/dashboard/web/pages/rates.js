@@ -22,3 +22,12 @@ export class Rates {
     for (const k of this.prev.keys()) if (!keep.has(k)) this.prev.delete(k);
   }
 }
+
+/**
+ * Rates along a served counter series (api/history): values[i] read at
+ * at[i]; null for the first reading and for gaps (null).
+ */
+export function seriesRates(at, values) {
+  const rates = new Rates();
+  return values.map((v, i) => (v === null ? null : rates.update('', at[i], v)));
+}

@@ -3,6 +3,7 @@
 import { api } from '../api.js';
 import { h, num, bytes, ago, stat } from '../dom.js';
 import { LiveChart } from '../chart.js';
+import { loadHistory, readings } from '../history.js';
 
 export function create(ctx) {
   const cards = h('div', { class: 'stats', id: 'spool-stats' });
@@ -27,7 +28,8 @@ export function create(ctx) {
   let replayStart = null; // {replayed, records} when a replay was first seen
 
   async function refresh() {
-    const s = await api('spool');
+    // the chart starts from the served history, read once with the first reading
+    const [s, hist] = await Promise.all([api('spool'), chart ? null : loadHistory()]);
     if (!ctx.live()) return;
     disabled.hidden = s.enabled !== false;
     cards.replaceChildren(
@@ -58,8 +60,11 @@ export function create(ctx) {
     warnings.replaceChildren(w.length
       ? h('ul', { class: 'plain warnings' }, w.map((x) => h('li', null, x)))
       : h('p', { class: 'muted' }, 'None.'));
-    if (!chart) chart = new LiveChart(chartBox, { label: 'Spooled records over time' });
-    chart.add(Date.now() / 1000, new Map([['records', s.records]]));
+    if (!chart) {
+      chart = new LiveChart(chartBox, { label: 'Spooled records over time' });
+      chart.addAll(readings(hist.t, [['records', hist.spoolRecords]]));
+    }
+    chart.add(Date.parse(s.at) / 1000, new Map([['records', s.records]]));
     el.dataset.ready = 'true';
   }
 

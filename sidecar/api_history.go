@@ -1,0 +1,78 @@
+package sidecar
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"net/http"
+	"slices"
+
+	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/history"
+)
+
+// The history the dashboard's charts start from (sidecar/history): sampled
+// only while the dashboard is served, so that sidecars without
+// --http-addr add no load to the database. Queue figures come from the
+// database, so every sidecar samples the same history of the queues; the
+// database round trip and the spool are this sidecar's own.
+
+// startHistory starts sampling, once, for the server's lifetime, unless
+// the history is off.
+func (s *Server) startHistory() {
+	if s.opts.HistoryInterval < 0 {
+		return
+	}
+	s.historyOnce.Do(func() { go s.history.Run(s.baseCtx, s.readHistory) })
+}
+
+// readHistory reads one sample. What could not be read is a gap (NaN),
+// never a zero: a chart must not show an outage as an idle queue.
+func (s *Server) readHistory(ctx context.Context) history.Sample {
+	gap := math.NaN()
+	// Without a spool its records are 0, as /api/spool says.
+	smp := history.Sample{Pushed: gap, Consumed: gap, DatabaseLatencyMs: gap}
+	if s.buffer != nil {
+		smp.SpoolRecords = float64(s.buffer.Stats().Records)
+	}
+	latency, err := s.store.Ping(ctx)
+	if err != nil || !s.ready.Load() {
+		return smp
+	}
+	smp.DatabaseLatencyMs = ms(latency)
+	queues, err := s.store.QueueCounters(ctx)
+	if err != nil {
+		s.log.Debug("history: the queues' counters were not read; this sample has a gap", "error", err)
+		return smp
+	}
+	smp.Pushed, smp.Consumed = 0, 0
+	smp.Queues = make([]history.Queue, 0, len(queues))
+	for _, q := range queues {
+		smp.Pushed += float64(q.Pushed)
+		smp.Consumed += float64(q.Consumed)
+		hq := history.Queue{Name: q.Queue, Pushed: float64(q.Pushed), Consumed: float64(q.Consumed)}
+		for _, g := range q.Groups {
+			hq.Groups = append(hq.Groups, history.Group{Name: g.Group, Lag: float64(g.Lag)})
+		}
+		// Past the bound, the groups that lag most are the ones kept.
+		slices.SortStableFunc(hq.Groups, func(a, b history.Group) int { return cmp.Compare(b.Lag, a.Lag) })
+		smp.Queues = append(smp.Queues, hq)
+	}
+	// Past the bound, the largest queues (most messages pushed) are kept.
+	slices.SortStableFunc(smp.Queues, func(a, b history.Queue) int { return cmp.Compare(b.Pushed, a.Pushed) })
+	return smp
+}
+
+// apiHistory answers even before the schema is ready or while the database
+// is unreachable: the database round trip and the spool are charted then.
+func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
+	queue := r.URL.Query().Get("queue")
+	if r.URL.Query().Has("queue") {
+		if err := protocol.CheckName("queue", queue); err != nil {
+			pe := s.toProtocolError(err)
+			writeAPIError(w, apiStatus(pe.Code), pe.Code, pe.Message)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, s.history.Snapshot(queue))
+}
