@@ -232,7 +232,7 @@ test('a group\'s cursor and leased offsets on the rows, a payload read whole, an
   await page.waitForSelector('#messages-table tbody tr[data-state]');
   await waitValue(page, '#browse-group-state', '50', { attr: 'cursor' });
   await waitValue(page, '#browse-group-state', '50-99', { attr: 'leased' });
-  assert.match(await text(page, '#browse-group-state'), /^Group readers: cursor at 50 .*; leased 50\.\.99 until .*, of which acked: 60\.$/);
+  assert.match(await text(page, '#browse-group-state'), /^Group readers: cursor at 50 \(offsets below it are consumed\); leased 50\.\.99 until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, of which acked: 60\.$/);
   const states = await page.$$eval('#messages-table tbody tr', (rows) => rows.map((r) => `${r.dataset.offset}:${r.dataset.state}`));
   const want = Array.from({ length: 50 }, (_, k) => {
     const o = 44 + k;

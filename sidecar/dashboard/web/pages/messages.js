@@ -121,11 +121,11 @@ export function create(ctx) {
     // the lease's own start may be below the cursor: those are consumed
     const leasedFrom = g.leased ? Math.max(g.leaseFrom, g.cursor) : 0;
     groupLine.dataset.leased = g.leased ? `${leasedFrom}-${g.leaseTo}` : '';
-    groupLine.replaceChildren(`${who}: cursor at ${num(g.cursor)} (offsets below it are consumed)`,
+    groupLine.replaceChildren(h('span', null, `${who}: cursor at ${num(g.cursor)} (offsets below it are consumed)`,
       g.leased
         ? [`; leased ${num(leasedFrom)}..${num(g.leaseTo)} until `, time(g.leaseExpiresAt),
           g.acked.length ? `, of which acked: ${g.acked.map(num).join(', ')}` : '']
-        : '; no live lease', '.');
+        : '; no live lease', '.'));
   }
 
   function headersCell(hs) {
