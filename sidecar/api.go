@@ -44,6 +44,8 @@ func (s *Server) routeDashboard(root *http.ServeMux) {
 	mux.HandleFunc("GET /api/queues", s.api(s.apiQueues))
 	mux.HandleFunc("GET /api/queues/{queue}", s.api(s.apiQueue))
 	mux.HandleFunc("GET /api/queues/{queue}/partitions", s.api(s.apiPartitions))
+	mux.HandleFunc("GET /api/queues/{queue}/partitions/{partition}/messages", s.api(s.apiMessages))
+	mux.HandleFunc("GET /api/queues/{queue}/partitions/{partition}/messages/{offset}", s.api(s.apiMessage))
 	mux.HandleFunc("POST /api/queues/{queue}/seek", s.adminOnly(s.api(s.apiSeek)))
 	mux.HandleFunc("POST /api/queues/{queue}/pause", s.adminOnly(s.api(s.apiPause)))
 	mux.HandleFunc("POST /api/maintenance", s.adminOnly(s.api(s.apiMaintenance)))

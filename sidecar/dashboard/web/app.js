@@ -8,9 +8,11 @@ import * as queue from './pages/queue.js';
 import * as dlq from './pages/dlq.js';
 import * as spool from './pages/spool.js';
 import * as cluster from './pages/cluster.js';
+import * as messages from './pages/messages.js';
 
 const ROUTES = [
   { re: /^\/(queues)?$/, page: queues, nav: 'queues' },
+  { re: /^\/queues\/([^/]+)\/partitions\/([^/]+)$/, page: messages, nav: 'queues' },
   { re: /^\/queues\/(.+)$/, page: queue, nav: 'queues' },
   { re: /^\/dlq$/, page: dlq, nav: 'dlq' },
   { re: /^\/spool$/, page: spool, nav: 'spool' },
@@ -100,6 +102,7 @@ function route() {
     info,
     query,
     param: m[1] && r.page !== queues ? safeDecode(m[1]) : undefined,
+    params: m.slice(1).map(safeDecode),
     live: () => gen === generation,
     setMaintenance: showMaintenance,
     navigate: (hash) => {

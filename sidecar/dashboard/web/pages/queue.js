@@ -192,7 +192,7 @@ export function create(ctx) {
     const parts = data.partitions || [];
     page.next = data.next;
     partsBody.replaceChildren(...parts.map((p) => h('tr', { dataset: { partition: p.partition } },
-      h('th', { scope: 'row', class: 'name' }, p.partition),
+      h('th', { scope: 'row', class: 'name' }, h('a', { href: `#/queues/${seg(name)}/partitions/${seg(p.partition)}`, title: 'Browse its messages' }, p.partition)),
       numCell(p.headOffset, undefined, { dataset: { col: 'head', value: p.headOffset } }),
       numCell(p.messages, undefined, { dataset: { col: 'messages', value: p.messages } }),
       h('td', null, p.lastCommittedAt ? time(p.lastCommittedAt) : h('span', { class: 'muted' }, '–')),
