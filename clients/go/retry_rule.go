@@ -12,7 +12,7 @@ import "github.com/queenside/queenside/protocol"
 //     whose answer was lost), so only a call that can be repeated without
 //     changing more than the first would have is sent again: those listed
 //     in idempotent. Pop, ack, renew, release, transaction, seek,
-//     deleteGroup, dlqReplay and maintenance changes are not.
+//     deleteGroup, dlqReplay, dlqDelete and maintenance changes are not.
 //
 // Any other answer, and a broken connection, is the caller's to handle.
 func mayRetry(op string, args any, code protocol.Code) bool {
@@ -29,13 +29,14 @@ func mayRetry(op string, args any, code protocol.Code) bool {
 // idempotent lists the operations a repeat cannot make do more, each with
 // the condition on its arguments.
 var idempotent = map[string]func(args any) bool{
-	protocol.OpHello:     always,
-	protocol.OpHealth:    always,
-	protocol.OpConfigure: always, // it sets every option to what it is given
-	protocol.OpQueues:    always,
-	protocol.OpStats:     always,
-	protocol.OpGroups:    always,
-	protocol.OpDLQ:       always,
+	protocol.OpHello:      always,
+	protocol.OpHealth:     always,
+	protocol.OpConfigure:  always, // it sets every option to what it is given
+	protocol.OpQueues:     always,
+	protocol.OpStats:      always,
+	protocol.OpGroups:     always,
+	protocol.OpDLQ:        always,
+	protocol.OpDLQSummary: always,
 	// A repeat of an item with a transaction id is answered duplicate;
 	// one the sidecar named itself would be stored twice.
 	protocol.OpPush:        everyItemHasTransactionID,
