@@ -32,7 +32,9 @@ export function bulkActions(ctx, source, done) {
   function update() {
     const s = source();
     const matching = s.filter ? s.count : 0;
-    replayAll.disabled = deleteAll.disabled = running || !matching;
+    const toReplay = again.checked ? matching : matching - s.replayedCount;
+    replayAll.disabled = running || toReplay <= 0;
+    deleteAll.disabled = running || !matching;
     replayAll.textContent = s.filter ? `Replay all matching (${num(s.count)})` : 'Replay all matching (choose a queue)';
     deleteAll.textContent = s.filter ? `Delete all matching (${num(s.count)})` : 'Delete all matching (choose a queue)';
     deleteSel.disabled = running || s.selected.length === 0;
@@ -145,6 +147,7 @@ export function bulkActions(ctx, source, done) {
     });
   });
 
+  again.addEventListener('change', update);
   stopBtn.addEventListener('click', () => {
     stopping = true;
     stopBtn.hidden = true;
