@@ -143,7 +143,7 @@ export function create(ctx) {
     page.replayedCount = data.replayedCount || 0;
     countLine.dataset.count = page.count;
     countLine.dataset.replayed = page.replayedCount;
-    countLine.textContent = `${num(page.count)} dead letters match this filter, ${num(page.replayedCount)} of them replayed already.`;
+    countLine.textContent = `${num(page.count)} dead letter${page.count === 1 ? '' : 's'} match${page.count === 1 ? 'es' : ''} this filter, ${num(page.replayedCount)} of them replayed already.`;
     page.entries = data.entries || [];
     page.next = data.nextAfterId;
     tbody.replaceChildren(...page.entries.map(row));
@@ -242,7 +242,7 @@ export function create(ctx) {
           r.offset !== undefined && r.offset !== null ? ` as offset ${num(r.offset)}` : '',
           r.error ? ` (${typeof r.error === 'object' ? r.error.message || r.error.code : r.error})` : ''))));
       selected.clear();
-      await load();
+      await Promise.all([load(), summary.load(filter.queue)]);
     } catch (err) {
       if (!ctx.live()) return;
       status.className = 'form-status error';
