@@ -94,6 +94,11 @@ test('10,000 dead letters: counted by error, replayed by filter, stopped and sta
   const started = Date.now();
   await fillDeadLetters(queue, DEAD);
   console.log(`# ${DEAD} dead letters made in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  for (const path of [`dlq/summary?queue=${queue}`, `dlq?queue=${queue}&count=true&limit=50`, `dlq?queue=${queue}&errorContains=address&count=true&limit=50`]) {
+    const t0 = performance.now();
+    await getJSON(path);
+    console.log(`# GET /api/${path.replace(queue, 'Q')}: ${(performance.now() - t0).toFixed(0)} ms`);
+  }
 
   // The errors, counted; "Show these" filters the page by one.
   const page = await visit(`/dlq?queue=${queue}`);
