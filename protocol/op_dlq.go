@@ -20,6 +20,18 @@ type DLQArgs struct {
 	Partition *string `msgpack:"partition,omitempty"`
 	Limit     int     `msgpack:"limit,omitempty"`
 	AfterID   int64   `msgpack:"afterId,omitempty"`
+	// Revision 1.2: the rest of a filter (DLQFilter), and Count, which
+	// asks for how many entries the filter matches.
+	ErrorContains string     `msgpack:"errorContains,omitempty"`
+	DeadFrom      *time.Time `msgpack:"deadFrom,omitempty"`
+	DeadTo        *time.Time `msgpack:"deadTo,omitempty"`
+	Count         bool       `msgpack:"count,omitempty"`
+}
+
+// Filter is the filter a listing applies.
+func (a DLQArgs) Filter() DLQFilter {
+	return DLQFilter{Queue: a.Queue, Group: a.Group, Partition: a.Partition,
+		ErrorContains: a.ErrorContains, DeadFrom: a.DeadFrom, DeadTo: a.DeadTo}
 }
 
 // DLQEntry is one dead-lettered message: a copy, which outlives the
@@ -47,11 +59,10 @@ type DLQEntry struct {
 type DLQResult struct {
 	Entries     []DLQEntry `msgpack:"entries"`
 	NextAfterID *int64     `msgpack:"nextAfterId,omitempty"`
-}
-
-// DLQReplayArgs names dead letters to push again.
-type DLQReplayArgs struct {
-	IDs []int64 `msgpack:"ids"`
+	// With count (revision 1.2): how many entries the filter matches, and
+	// how many of them were replayed already.
+	Count         *int64 `msgpack:"count,omitempty"`
+	ReplayedCount *int64 `msgpack:"replayedCount,omitempty"`
 }
 
 // DLQReplayResult reports one replayed entry; Status and Error mean what
@@ -66,69 +77,30 @@ type DLQReplayResult struct {
 	Error         *Error     `msgpack:"error,omitempty"`
 }
 
-// DLQReplayReply is the result of dlqReplay.
-type DLQReplayReply struct {
-	Results []DLQReplayResult `msgpack:"results"`
-}
-
 // DecodeDLQArgs reads dlq's arguments and fills in the default limit.
 func DecodeDLQArgs(raw []byte) (DLQArgs, error) {
 	a := DLQArgs{Limit: DefaultDLQLimit}
+	var f DLQFilter
 	err := walkMap(raw, "args", func(d *dec, key string) error {
 		var err error
 		var v int64
 		switch key {
-		case "queue":
-			err = readQueue(d, &a.Queue)
-		case "group":
-			var g string
-			if g, err = readString(d, key); err == nil && g != "" {
-				err = CheckName(key, g)
-			}
-			a.Group = &g
-		case "partition":
-			var p string
-			if p, err = readString(d, key); err == nil {
-				err = CheckPartition(key, p)
-			}
-			a.Partition = &p
 		case "limit":
 			v, err = readInt(d, key, 1, MaxDLQLimit)
 			a.Limit = int(v)
 		case "afterId":
 			a.AfterID, err = readInt(d, key, 0, 1<<62)
+		case "count":
+			a.Count, err = readBool(d, key)
 		default:
-			err = skipField(d, key)
+			err = f.readKey(d, key)
 		}
 		return err
 	})
-	if err == nil && a.Queue == "" {
-		err = invalid("queue", "is required")
+	if err == nil {
+		err = f.check()
 	}
-	return a, err
-}
-
-// DecodeDLQReplayArgs reads dlqReplay's arguments.
-func DecodeDLQReplayArgs(raw []byte) (DLQReplayArgs, error) {
-	var a DLQReplayArgs
-	err := walkMap(raw, "args", func(d *dec, key string) error {
-		if key != "ids" {
-			return skipField(d, key)
-		}
-		n, err := readArrayLen(d, key, MaxDLQReplayIDs)
-		if err != nil {
-			return err
-		}
-		a.IDs = make([]int64, n)
-		for i := range a.IDs {
-			if a.IDs[i], err = readInt(d, key, 1, 1<<62); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err == nil && len(a.IDs) == 0 {
-		err = invalid("ids", "must name at least one entry")
-	}
+	a.Queue, a.Group, a.Partition = f.Queue, f.Group, f.Partition
+	a.ErrorContains, a.DeadFrom, a.DeadTo = f.ErrorContains, f.DeadFrom, f.DeadTo
 	return a, err
 }

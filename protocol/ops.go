@@ -19,4 +19,6 @@ const (
 	OpDLQReplay   = "dlqReplay"
 	OpHealth      = "health"
 	OpMaintenance = "maintenance" // revision 1.1
+	OpDLQDelete   = "dlqDelete"   // revision 1.2
+	OpDLQSummary  = "dlqSummary"  // revision 1.2
 )

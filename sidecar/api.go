@@ -51,6 +51,8 @@ func (s *Server) routeDashboard(root *http.ServeMux) {
 	mux.HandleFunc("POST /api/maintenance", s.adminOnly(s.api(s.apiMaintenance)))
 	mux.HandleFunc("GET /api/dlq", s.api(s.apiDLQ))
 	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.api(s.apiDLQReplay)))
+	mux.HandleFunc("GET /api/dlq/summary", s.api(s.apiDLQSummary))
+	mux.HandleFunc("POST /api/dlq/delete", s.adminOnly(s.api(s.apiDLQDelete)))
 	mux.HandleFunc("GET /api/spool", s.apiSpool)
 	mux.HandleFunc("GET /api/cluster", s.apiCluster)
 	mux.HandleFunc("GET /api/history", s.apiHistory)
@@ -258,6 +260,9 @@ func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	a.Limit, a.AfterID = int(limit), after
+	if err := dlqFilterQuery(q, &a); err != nil {
+		return nil, err
+	}
 	res, err := s.dlq(ctx, a)
 	if err != nil {
 		return nil, err

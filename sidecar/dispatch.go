@@ -46,6 +46,8 @@ func (s *Server) operations() map[string]opSpec {
 		protocol.OpDLQReplay:   {fn: s.opDLQReplay},
 		protocol.OpTransaction: {fn: s.opTransaction},
 		protocol.OpMaintenance: {fn: s.opMaintenance},
+		protocol.OpDLQDelete:   {fn: s.opDLQDelete},
+		protocol.OpDLQSummary:  {fn: s.opDLQSummary},
 	}
 }
 

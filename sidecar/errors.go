@@ -22,8 +22,7 @@ func (s *Server) toProtocolError(err error) *protocol.Error {
 		// The client hung up (or the sidecar is closing): no one will read
 		// this answer, and it is no failure of ours.
 		return protocol.Errorf(protocol.CodeUnavailable, "request canceled")
-	case errors.Is(err, store.ErrQueueNotFound), errors.Is(err, store.ErrPartitionNotFound),
-		errors.Is(err, store.ErrDeadLetterNotFound):
+	case errors.Is(err, store.ErrQueueNotFound), errors.Is(err, store.ErrPartitionNotFound):
 		return protocol.Errorf(protocol.CodeNotFound, "%v", err)
 	case errors.Is(err, store.ErrMessageTooLarge):
 		return protocol.Errorf(protocol.CodeOverloaded, "%v; raise --max-frame-bytes", err)

@@ -68,7 +68,7 @@ func (c *Client) DLQ(ctx context.Context, args DLQArgs) (DLQResult, error) {
 // DLQReplay pushes dead letters again, each as a new message.
 func (c *Client) DLQReplay(ctx context.Context, ids ...int64) ([]DLQReplayResult, error) {
 	var res protocol.DLQReplayReply
-	err := c.Call(ctx, protocol.OpDLQReplay, protocol.DLQReplayArgs{IDs: ids}, &res)
+	err := c.Call(ctx, protocol.OpDLQReplay, protocol.DLQReplayArgs{DLQSelection: protocol.DLQSelection{IDs: ids}}, &res)
 	return res.Results, err
 }
 

@@ -12,7 +12,7 @@ import "github.com/queenside/queenside/protocol"
 //     whose answer was lost), so only a call that can be repeated without
 //     changing more than the first would have is sent again: those listed
 //     in idempotent. Pop, ack, renew, release, transaction, seek,
-//     deleteGroup, dlqReplay and maintenance changes are not.
+//     deleteGroup, dlqReplay, dlqDelete and maintenance changes are not.
 //
 // Any other answer, and a broken connection, is the caller's to handle.
 func mayRetry(op string, args any, code protocol.Code) bool {
@@ -40,6 +40,8 @@ var idempotent = map[string]func(args any) bool{
 	// one the sidecar named itself would be stored twice.
 	protocol.OpPush:        everyItemHasTransactionID,
 	protocol.OpMaintenance: readsOnly,
+
+	protocol.OpDLQSummary: always, // revision 1.2: it only counts
 }
 
 func always(any) bool { return true }

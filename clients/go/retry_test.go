@@ -104,6 +104,15 @@ func TestUnavailableIsRetriedOnlyWhereHarmless(t *testing.T) {
 			return err
 		}, false},
 		{"dlqReplay", func(ctx context.Context, c *queenside.Client) error { _, err := c.DLQReplay(ctx, 1); return err }, false},
+		{"dlqReplay by filter", func(ctx context.Context, c *queenside.Client) error {
+			_, err := c.DLQReplayBatch(ctx, queenside.DLQReplayArgs{DLQSelection: queenside.DLQSelection{DLQFilter: queenside.DLQFilter{Queue: "q"}}})
+			return err
+		}, false},
+		{"dlqDelete", func(ctx context.Context, c *queenside.Client) error {
+			_, err := c.DLQDelete(ctx, queenside.DLQSelection{IDs: []int64{1}})
+			return err
+		}, false},
+		{"dlqSummary", func(ctx context.Context, c *queenside.Client) error { _, err := c.DLQSummary(ctx, "q", 0); return err }, true},
 		{"maintenance change", func(ctx context.Context, c *queenside.Client) error {
 			_, err := c.Maintenance(ctx, &on, &off)
 			return err

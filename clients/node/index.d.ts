@@ -237,6 +237,50 @@ export interface DlqOptions extends CallOptions {
   limit?: number;
   /** The nextAfterId of the previous page. */
   afterId?: Integer;
+  /** Revision 1.2: a substring of the error, case-sensitive. */
+  errorContains?: string;
+  /** Revision 1.2: dead at or after. */
+  deadFrom?: Date;
+  /** Revision 1.2: dead before. */
+  deadTo?: Date;
+  /** Revision 1.2: also count what the filter matches (count, replayedCount). */
+  count?: boolean;
+}
+
+/** Which dead letters a bulk action takes (revision 1.2); queue is required. */
+export interface DlqFilter {
+  queue: string;
+  group?: string;
+  partition?: string;
+  errorContains?: string;
+  deadFrom?: Date;
+  deadTo?: Date;
+}
+
+/** Dead letters named by ids, or one batch of a filter. */
+export type DlqSelection = { ids: Integer[] } | (DlqFilter & { afterId?: Integer; limit?: number });
+
+export interface DlqReplayReply {
+  results: DlqReplayResult[];
+  replayed: number;
+  skipped: number;
+  failed: number;
+  nextAfterId?: Integer;
+}
+
+export interface DlqDeleteReply {
+  deleted: number;
+  nextAfterId?: Integer;
+}
+
+export interface DlqErrorCount {
+  queue: string;
+  group: string;
+  error: string;
+  count: Integer;
+  replayed: Integer;
+  firstDeadAt: PreciseDate;
+  lastDeadAt: PreciseDate;
 }
 
 export interface DlqEntry {
@@ -263,11 +307,13 @@ export interface DlqEntry {
 export interface DlqResult {
   entries: DlqEntry[];
   nextAfterId?: Integer;
+  count?: Integer;
+  replayedCount?: Integer;
 }
 
 export interface DlqReplayResult {
   id: Integer;
-  status: 'queued' | 'duplicate' | 'failed' | string;
+  status: 'queued' | 'duplicate' | 'failed' | 'skipped' | string;
   messageId?: string;
   transactionId?: string;
   offset?: Integer;
@@ -453,6 +499,12 @@ export declare class Client extends EventEmitter {
   deleteGroup(queue: string, group: string, options?: CallOptions): Promise<boolean>;
   dlq(queue: string, options?: DlqOptions): Promise<DlqResult>;
   dlqReplay(ids: Integer | Integer[], options?: CallOptions): Promise<DlqReplayResult[]>;
+  dlqReplayBatch(selection: DlqSelection & { includeReplayed?: boolean }, options?: CallOptions): Promise<DlqReplayReply>;
+  dlqReplayAll(filter: DlqFilter, options?: CallOptions & { includeReplayed?: boolean; onProgress?: (batch: DlqReplayReply) => void }):
+    Promise<{ replayed: number; skipped: number; failed: number }>;
+  dlqDelete(selection: DlqSelection, options?: CallOptions): Promise<DlqDeleteReply>;
+  dlqDeleteAll(filter: DlqFilter, options?: CallOptions): Promise<number>;
+  dlqSummary(queue?: string, options?: CallOptions & { limit?: number }): Promise<DlqErrorCount[]>;
   health(options?: CallOptions): Promise<HealthResult>;
 
   /** Consumption as an async iterator; see the README for when a message counts as done. */

@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -26,15 +24,15 @@ func (s *Store) DLQ(ctx context.Context, a protocol.DLQArgs) (protocol.DLQResult
 		}
 		byQueue = "queue_name = $1"
 	}
+	f := a.Filter()
 	// One more than asked says whether another page follows.
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, queue_name, partition_name, group_name, msg_offset, message_id, transaction_id, payload,
 		       coalesce(error, ''), failures, committed_at, dead_at, replayed_at,
 		       replay_message_id, replay_transaction_id, replay_offset
 		  FROM queenside.dead_letters
-		 WHERE `+byQueue+` AND id > $2
-		   AND ($3::text IS NULL OR group_name = $3) AND ($4::text IS NULL OR partition_name = $4)
-		 ORDER BY id LIMIT $5`, a.Queue, a.AfterID, a.Group, a.Partition, a.Limit+1)
+		 WHERE `+byQueue+` AND `+dlqFilterSQL+` AND id > $7
+		 ORDER BY id LIMIT $8`, append(dlqFilterArgs(f), a.AfterID, a.Limit+1)...)
 	if err != nil {
 		return res, fmt.Errorf("dlq %s: %w", a.Queue, err)
 	}
@@ -53,6 +51,15 @@ func (s *Store) DLQ(ctx context.Context, a protocol.DLQArgs) (protocol.DLQResult
 		res.Entries = res.Entries[:a.Limit]
 		next := res.Entries[a.Limit-1].ID
 		res.NextAfterID = &next
+	}
+	if a.Count {
+		var count, replayed int64
+		err := s.pool.QueryRow(ctx, `SELECT count(*), count(replayed_at) FROM queenside.dead_letters
+			WHERE `+byQueue+` AND `+dlqFilterSQL, dlqFilterArgs(f)...).Scan(&count, &replayed)
+		if err != nil {
+			return res, fmt.Errorf("dlq %s: count: %w", a.Queue, err)
+		}
+		res.Count, res.ReplayedCount = &count, &replayed
 	}
 	return res, nil
 }
@@ -86,35 +93,5 @@ type DeadLetter struct {
 	Payload     []byte
 	TraceID     string
 	Headers     []byte
-}
-
-// ErrDeadLetterNotFound is returned for an entry id that does not exist.
-var ErrDeadLetterNotFound = errors.New("store: dead letter not found")
-
-// DeadLetter reads one entry.
-func (s *Store) DeadLetter(ctx context.Context, id int64) (DeadLetter, error) {
-	d := DeadLetter{ID: id}
-	var trace *string
-	err := s.pool.QueryRow(ctx, `SELECT partition_id, queue_name, partition_name, message_id, payload, trace_id, headers
-		FROM queenside.dead_letters WHERE id = $1`, id).Scan(&d.PartitionID, &d.Queue, &d.Partition, &d.MessageID, &d.Payload, &trace, &d.Headers)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return d, fmt.Errorf("%w: %d", ErrDeadLetterNotFound, id)
-	}
-	if trace != nil {
-		d.TraceID = *trace
-	}
-	return d, err
-}
-
-// MarkDeadLetterReplayed records as what an entry, read by DeadLetter,
-// was last replayed.
-func (s *Store) MarkDeadLetterReplayed(ctx context.Context, d DeadLetter, mid uuid.UUID, txid string, offset int64, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `UPDATE queenside.dead_letters
-		SET replayed_at = $3, replay_message_id = $4, replay_transaction_id = $5, replay_offset = $6
-		WHERE partition_id = $1 AND id = $2`,
-		d.PartitionID, d.ID, at, mid, txid, offset)
-	if err != nil {
-		return fmt.Errorf("dlq %d: record the replay: %w", d.ID, err)
-	}
-	return nil
+	Replayed    bool // replayed at least once already
 }

@@ -224,6 +224,60 @@ export class Client extends Connection {
     return result.results;
   }
 
+  /**
+   * Replays dead letters named by ids, or one batch of a filter
+   * ({queue, group?, partition?, errorContains?, deadFrom?, deadTo?,
+   * afterId?, limit?, includeReplayed?}): the whole reply, with
+   * nextAfterId when another batch follows (revision 1.2).
+   */
+  dlqReplayBatch(selection, options) {
+    const [, call] = split(options);
+    return this.call('dlqReplay', selection, call);
+  }
+
+  /**
+   * Replays every dead letter filter matches, a batch at a time, entries
+   * replayed already skipped unless includeReplayed; onProgress gets each
+   * batch's reply. Resolves with the counts {replayed, skipped, failed}.
+   */
+  async dlqReplayAll(filter, { includeReplayed = false, onProgress, ...options } = {}) {
+    const total = { replayed: 0, skipped: 0, failed: 0 };
+    let afterId;
+    for (;;) {
+      const reply = await this.dlqReplayBatch({ ...filter, afterId, includeReplayed }, options);
+      for (const k of Object.keys(total)) total[k] += reply[k] ?? 0;
+      onProgress?.(reply);
+      if (reply.nextAfterId === undefined) return total;
+      afterId = reply.nextAfterId;
+    }
+  }
+
+  /** Deletes dead letters named by ids, or one batch of a filter: {deleted, nextAfterId?}. */
+  dlqDelete(selection, options) {
+    const [, call] = split(options);
+    return this.call('dlqDelete', selection, call);
+  }
+
+  /** Deletes every dead letter filter matches, a batch at a time; resolves with how many. */
+  async dlqDeleteAll(filter, options) {
+    let deleted = 0;
+    let afterId;
+    for (;;) {
+      const reply = await this.dlqDelete({ ...filter, afterId }, options);
+      deleted += reply.deleted;
+      if (reply.nextAfterId === undefined) return deleted;
+      afterId = reply.nextAfterId;
+    }
+  }
+
+  /** Dead letters of queue (every queue's without) counted by group and error, most frequent first. */
+  async dlqSummary(queue, options) {
+    if (typeof queue === 'object' && queue !== null) [queue, options] = [undefined, queue];
+    const [args, call] = split(options);
+    const result = await this.call('dlqSummary', { queue, ...args }, call);
+    return result.errors;
+  }
+
   health(options) {
     const [, call] = split(options);
     return this.call('health', {}, call);

@@ -8,8 +8,8 @@
 // - unavailable: the sidecar may have been half-way through it (a commit
 //   whose answer was lost), so only a call a repeat cannot make do more is
 //   sent again: those in IDEMPOTENT. pop, ack, renew, release,
-//   transaction, seek, deleteGroup, dlqReplay and maintenance changes are
-//   not.
+//   transaction, seek, deleteGroup, dlqReplay, dlqDelete and maintenance
+//   changes are not.
 //
 // Any other answer, and a lost connection, is the caller's to handle.
 
@@ -36,6 +36,7 @@ const IDEMPOTENT = Object.freeze({
   stats: always,
   groups: always,
   dlq: always,
+  dlqSummary: always,
   push: everyItemHasTransactionId,
   maintenance: readsOnly,
 });

@@ -45,6 +45,9 @@ const CASES = [
   ['seek', (c) => c.seek('q', 'g', 'end'), false],
   ['deleteGroup', (c) => c.deleteGroup('q', 'g'), false],
   ['dlqReplay', (c) => c.dlqReplay([1]), false],
+  ['dlqReplay by filter', (c) => c.dlqReplayBatch({ queue: 'q' }), false],
+  ['dlqDelete', (c) => c.dlqDelete({ ids: [1] }), false],
+  ['dlqSummary', (c) => c.dlqSummary('q'), true],
   ['maintenance change', (c) => c.call('maintenance', { push: true }), false],
 ];
 

@@ -47,6 +47,9 @@ CASES: List[Any] = [
     ("seek", lambda c: c.seek("q", "g", "end"), False),
     ("delete_group", lambda c: c.delete_group("q", "g"), False),
     ("dlq_replay", lambda c: c.dlq_replay([1]), False),
+    ("dlq_replay_batch", lambda c: c.dlq_replay_batch(queenside.DLQFilter("q")), False),
+    ("dlq_delete", lambda c: c.dlq_delete([1]), False),
+    ("dlq_summary", lambda c: c.dlq_summary("q"), True),
     ("maintenance change", lambda c: c.call("maintenance", {"push": True}), False),
 ]
 

@@ -15,42 +15,56 @@ import (
 func dlqCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dlq",
-		Usage: "list and replay dead-lettered messages",
+		Usage: "list, count, replay and delete dead-lettered messages",
 		Subcommands: []*cli.Command{
 			{
 				Name:      "list",
 				Usage:     "list a queue's dead letters, oldest first",
 				ArgsUsage: " ",
-				Flags: append(clientFlags(),
-					&cli.StringFlag{Name: "queue", Aliases: []string{"q"}, Required: true, Usage: "queue name"},
-					&cli.StringFlag{Name: "group", Aliases: []string{"g"}, Usage: "only this group's"},
-					&cli.StringFlag{Name: "partition", Aliases: []string{"p"}, Usage: "only this partition's"},
+				Flags: append(append(clientFlags(), dlqFilterFlags()...),
 					&cli.IntFlag{Name: "limit", Value: 100, Usage: "entries per page (1..1000)"},
 					&cli.Int64Flag{Name: "after", Usage: "start after this entry id (the next page)"},
 				),
 				Action: dlqList,
 			},
 			{
-				Name:      "replay",
-				Usage:     "push dead letters again, each as a new message with a fresh transaction id",
-				ArgsUsage: "ID [ID...]",
-				Flags:     clientFlags(),
+				Name: "replay",
+				Usage: "push dead letters again, each as a new message with a fresh transaction id: those named, " +
+					"or with --all every one the filter matches, skipping those replayed already unless --include-replayed",
+				ArgsUsage: "ID [ID...] | --all --queue Q",
+				Flags:     allFlags(&cli.BoolFlag{Name: "include-replayed", Usage: "with --all, replay again those replayed already"}),
 				Action:    dlqReplay,
+			},
+			{
+				Name:      "delete",
+				Usage:     "delete dead letters: those named, or with --all every one the filter matches; asks first unless --yes",
+				ArgsUsage: "ID [ID...] | --all --queue Q",
+				Flags:     allFlags(&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for a confirmation"}),
+				Action:    dlqDelete,
+			},
+			{
+				Name:      "summary",
+				Usage:     "count dead letters by queue, group and error, the most frequent first",
+				ArgsUsage: " ",
+				Flags: append(clientFlags(),
+					&cli.StringFlag{Name: "queue", Aliases: []string{"q"}, Usage: "only this queue's"},
+					&cli.IntFlag{Name: "limit", Value: 100, Usage: "rows (1..1000)"}),
+				Action: dlqSummary,
 			},
 		},
 	}
 }
 
 func dlqList(c *cli.Context) error {
-	args := queenside.DLQArgs{Queue: c.String("queue"), Limit: c.Int("limit"), AfterID: c.Int64("after")}
-	if c.IsSet("group") {
-		g := c.String("group")
-		args.Group = &g
+	f, err := dlqFilter(c)
+	if err != nil {
+		return exitError("dlq list: %v", err)
 	}
-	if c.IsSet("partition") {
-		p := c.String("partition")
-		args.Partition = &p
+	if f.Queue == "" {
+		return exitError("dlq list: --queue is required")
 	}
+	args := queenside.DLQArgs{Queue: f.Queue, Group: f.Group, Partition: f.Partition, ErrorContains: f.ErrorContains,
+		DeadFrom: f.DeadFrom, DeadTo: f.DeadTo, Limit: c.Int("limit"), AfterID: c.Int64("after")}
 	cl, ctx, done, err := connect(c)
 	if err != nil {
 		return exitError("%v", err)
@@ -91,17 +105,32 @@ func shortPayload(raw []byte) string {
 	return t
 }
 
-func dlqReplay(c *cli.Context) error {
+// entryIDs reads the command's arguments as dead-letter ids.
+func entryIDs(c *cli.Context, cmd string) ([]int64, error) {
 	if c.NArg() == 0 {
-		return exitError("dlq replay: name at least one entry id")
+		return nil, exitError("%s: name at least one entry id", cmd)
 	}
 	ids := make([]int64, c.NArg())
 	for i, a := range c.Args().Slice() {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id < 1 {
-			return exitError("dlq replay: %q is not an entry id", a)
+			return nil, exitError("%s: %q is not an entry id", cmd, a)
 		}
 		ids[i] = id
+	}
+	return ids, nil
+}
+
+func dlqReplay(c *cli.Context) error {
+	if c.Bool("all") {
+		if c.NArg() > 0 {
+			return exitError("dlq replay: name entry ids, or --all with --queue, not both")
+		}
+		return dlqReplayAll(c)
+	}
+	ids, err := entryIDs(c, "dlq replay")
+	if err != nil {
+		return err
 	}
 	cl, ctx, done, err := connect(c)
 	if err != nil {

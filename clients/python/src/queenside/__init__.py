@@ -21,6 +21,7 @@ from .admin_results import (
     StatsResult,
 )
 from .async_client import AsyncClient
+from .dlq_bulk import DLQDeleteReply, DLQErrorCount, DLQFilter, DLQReplayReply
 from .ack_batcher import AckError
 from .async_consumer import AsyncConsumer
 from .client import Client
@@ -87,6 +88,10 @@ __all__ = [
     "DLQEntry",
     "DLQPage",
     "DLQReplayResult",
+    "DLQFilter",
+    "DLQReplayReply",
+    "DLQDeleteReply",
+    "DLQErrorCount",
     "HealthResult",
     "DatabaseHealth",
     "SpoolHealth",

@@ -204,12 +204,18 @@ class DLQPage:
 
     entries: List[DLQEntry]
     next_after_id: Optional[int] = None
+    # Asked with count (revision 1.2): how many entries the filter matches,
+    # and how many of them were replayed already.
+    count: Optional[int] = None
+    replayed_count: Optional[int] = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "DLQPage":
         return cls(
             entries=[DLQEntry.from_wire(e) for e in d.get("entries") or []],
             next_after_id=d.get("nextAfterId"),
+            count=d.get("count"),
+            replayed_count=d.get("replayedCount"),
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, TypeVar, Union
 
 from . import ops
 from .admin_results import (
@@ -20,6 +20,7 @@ from .admin_results import (
 from .async_connection import AsyncConnection
 from .connection import DEFAULT_MAX_IN_FLIGHT, NoticeHandler
 from .acks import AckLike
+from .dlq_bulk import DLQDeleteReply, DLQErrorCount, DLQFilter, DLQReplayReply
 from .errors import ConnectionClosedError, QueensideError
 from .items import PushItem, QueueOptions
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
@@ -259,12 +260,77 @@ class AsyncClient:
         partition: Optional[str] = None,
         limit: Optional[int] = None,
         after_id: Optional[int] = None,
+        error_contains: Optional[str] = None,
+        dead_from: Any = None,
+        dead_to: Any = None,
+        count: bool = False,
         timeout: Optional[float] = None,
     ) -> DLQPage:
-        return await self._run(ops.dlq(queue, group=group, partition=partition, limit=limit, after_id=after_id), timeout)
+        return await self._run(ops.dlq(
+                queue, group=group, partition=partition, limit=limit, after_id=after_id,
+                error_contains=error_contains, dead_from=dead_from, dead_to=dead_to, count=count,
+            ), timeout)
 
     async def dlq_replay(self, ids: Iterable[int], *, timeout: Optional[float] = None) -> List[DLQReplayResult]:
         return await self._run(ops.dlq_replay(ids), timeout)
+
+    async def dlq_replay_batch(
+        self,
+        selection: Union[DLQFilter, Iterable[int]],
+        *,
+        after_id: Optional[int] = None,
+        limit: Optional[int] = None,
+        include_replayed: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> DLQReplayReply:
+        op = ops.dlq_replay_batch(selection, after_id=after_id, limit=limit, include_replayed=include_replayed)
+        return await self._run(op, timeout)
+
+    async def dlq_replay_all(
+        self,
+        filter: DLQFilter,
+        *,
+        include_replayed: bool = False,
+        on_progress: Optional[Callable[[DLQReplayReply], Any]] = None,
+        timeout: Optional[float] = None,
+    ) -> DLQReplayReply:
+        total = DLQReplayReply()
+        after_id: Optional[int] = None
+        while True:
+            batch = await self.dlq_replay_batch(filter, after_id=after_id, include_replayed=include_replayed, timeout=timeout)
+            total.replayed += batch.replayed
+            total.skipped += batch.skipped
+            total.failed += batch.failed
+            if on_progress is not None:
+                on_progress(batch)
+            if batch.next_after_id is None:
+                return total
+            after_id = batch.next_after_id
+
+    async def dlq_delete(
+        self,
+        selection: Union[DLQFilter, Iterable[int]],
+        *,
+        after_id: Optional[int] = None,
+        limit: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> DLQDeleteReply:
+        return await self._run(ops.dlq_delete(selection, after_id=after_id, limit=limit), timeout)
+
+    async def dlq_delete_all(self, filter: DLQFilter, *, timeout: Optional[float] = None) -> int:
+        deleted = 0
+        after_id: Optional[int] = None
+        while True:
+            batch = await self.dlq_delete(filter, after_id=after_id, timeout=timeout)
+            deleted += batch.deleted
+            if batch.next_after_id is None:
+                return deleted
+            after_id = batch.next_after_id
+
+    async def dlq_summary(
+        self, queue: Optional[str] = None, *, limit: Optional[int] = None, timeout: Optional[float] = None
+    ) -> List[DLQErrorCount]:
+        return await self._run(ops.dlq_summary(queue, limit), timeout)
 
     async def health(self, *, timeout: Optional[float] = None) -> HealthResult:
         return await self._run(ops.health(), timeout)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, TypeVar, Union
 
 from . import ops
 from .admin_results import (
@@ -18,6 +18,7 @@ from .admin_results import (
     StatsResult,
 )
 from .acks import AckLike
+from .dlq_bulk import DLQDeleteReply, DLQErrorCount, DLQFilter, DLQReplayReply
 from .connection import DEFAULT_MAX_IN_FLIGHT, Connection, NoticeHandler
 from .errors import QueensideError
 from .items import PushItem, QueueOptions
@@ -277,14 +278,84 @@ class Client:
         partition: Optional[str] = None,
         limit: Optional[int] = None,
         after_id: Optional[int] = None,
+        error_contains: Optional[str] = None,
+        dead_from: Any = None,
+        dead_to: Any = None,
+        count: bool = False,
         timeout: Optional[float] = None,
     ) -> DLQPage:
         """One page of dead letters, oldest first."""
-        return self._run(ops.dlq(queue, group=group, partition=partition, limit=limit, after_id=after_id), timeout)
+        return self._run(ops.dlq(
+                queue, group=group, partition=partition, limit=limit, after_id=after_id,
+                error_contains=error_contains, dead_from=dead_from, dead_to=dead_to, count=count,
+            ), timeout)
 
     def dlq_replay(self, ids: Iterable[int], *, timeout: Optional[float] = None) -> List[DLQReplayResult]:
         """Push dead letters again, each as a new message."""
         return self._run(ops.dlq_replay(ids), timeout)
+
+    def dlq_replay_batch(
+        self,
+        selection: Union[DLQFilter, Iterable[int]],
+        *,
+        after_id: Optional[int] = None,
+        limit: Optional[int] = None,
+        include_replayed: Optional[bool] = None,
+        timeout: Optional[float] = None,
+    ) -> DLQReplayReply:
+        """Replay dead letters named by ids, or one batch of a filter (revision 1.2)."""
+        op = ops.dlq_replay_batch(selection, after_id=after_id, limit=limit, include_replayed=include_replayed)
+        return self._run(op, timeout)
+
+    def dlq_replay_all(
+        self,
+        filter: DLQFilter,
+        *,
+        include_replayed: bool = False,
+        on_progress: Optional[Callable[[DLQReplayReply], Any]] = None,
+        timeout: Optional[float] = None,
+    ) -> DLQReplayReply:
+        """Replay every dead letter the filter matches, a batch at a time; the sums of the batches."""
+        total = DLQReplayReply()
+        after_id: Optional[int] = None
+        while True:
+            batch = self.dlq_replay_batch(filter, after_id=after_id, include_replayed=include_replayed, timeout=timeout)
+            total.replayed += batch.replayed
+            total.skipped += batch.skipped
+            total.failed += batch.failed
+            if on_progress is not None:
+                on_progress(batch)
+            if batch.next_after_id is None:
+                return total
+            after_id = batch.next_after_id
+
+    def dlq_delete(
+        self,
+        selection: Union[DLQFilter, Iterable[int]],
+        *,
+        after_id: Optional[int] = None,
+        limit: Optional[int] = None,
+        timeout: Optional[float] = None,
+    ) -> DLQDeleteReply:
+        """Delete dead letters named by ids, or one batch of a filter (revision 1.2)."""
+        return self._run(ops.dlq_delete(selection, after_id=after_id, limit=limit), timeout)
+
+    def dlq_delete_all(self, filter: DLQFilter, *, timeout: Optional[float] = None) -> int:
+        """Delete every dead letter the filter matches, a batch at a time; how many."""
+        deleted = 0
+        after_id: Optional[int] = None
+        while True:
+            batch = self.dlq_delete(filter, after_id=after_id, timeout=timeout)
+            deleted += batch.deleted
+            if batch.next_after_id is None:
+                return deleted
+            after_id = batch.next_after_id
+
+    def dlq_summary(
+        self, queue: Optional[str] = None, *, limit: Optional[int] = None, timeout: Optional[float] = None
+    ) -> List[DLQErrorCount]:
+        """Dead letters of a queue (every queue's without one) counted by group and error, most frequent first."""
+        return self._run(ops.dlq_summary(queue, limit), timeout)
 
     def health(self, *, timeout: Optional[float] = None) -> HealthResult:
         """A real database round trip; answered even while the database is down or the sidecar drains."""

@@ -23,6 +23,7 @@ from .admin_results import (
 )
 from .acks import AckLike, ack_items
 from .codec import time_arg
+from .dlq_bulk import DLQDeleteReply, DLQErrorCount, DLQFilter, DLQReplayReply
 from .items import PushItem, QueueOptions
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
 from .tracing import with_trace_context
@@ -183,12 +184,14 @@ def dlq(
     partition: Optional[str] = None,
     limit: Optional[int] = None,
     after_id: Optional[int] = None,
+    error_contains: Optional[str] = None,
+    dead_from: Any = None,
+    dead_to: Any = None,
+    count: bool = False,
 ) -> Op[DLQPage]:
-    args: Dict[str, Any] = {"queue": queue}
-    if group is not None:
-        args["group"] = group
-    if partition is not None:
-        args["partition"] = partition
+    args = DLQFilter(queue, group, partition, error_contains, dead_from, dead_to).to_wire()
+    if count:
+        args["count"] = True
     if limit is not None:
         args["limit"] = limit
     if after_id is not None:
@@ -198,6 +201,46 @@ def dlq(
 
 def dlq_replay(ids: Iterable[int]) -> Op[List[DLQReplayResult]]:
     return Op("dlqReplay", {"ids": list(ids)}, lambda r: [DLQReplayResult.from_wire(x) for x in r.get("results") or []])
+
+
+def _selection(selection: Union[DLQFilter, Iterable[int]], after_id: Optional[int], limit: Optional[int]) -> Dict[str, Any]:
+    """Ids, or a filter's batch: from after_id, limit entries."""
+    if not isinstance(selection, DLQFilter):
+        return {"ids": list(selection)}
+    args = selection.to_wire()
+    if after_id is not None:
+        args["afterId"] = after_id
+    if limit is not None:
+        args["limit"] = limit
+    return args
+
+
+def dlq_replay_batch(
+    selection: Union[DLQFilter, Iterable[int]],
+    *,
+    after_id: Optional[int] = None,
+    limit: Optional[int] = None,
+    include_replayed: Optional[bool] = None,
+) -> Op[DLQReplayReply]:
+    args = _selection(selection, after_id, limit)
+    if include_replayed is not None:
+        args["includeReplayed"] = include_replayed
+    return Op("dlqReplay", args, DLQReplayReply.from_wire)
+
+
+def dlq_delete(
+    selection: Union[DLQFilter, Iterable[int]], *, after_id: Optional[int] = None, limit: Optional[int] = None
+) -> Op[DLQDeleteReply]:
+    return Op("dlqDelete", _selection(selection, after_id, limit), DLQDeleteReply.from_wire)
+
+
+def dlq_summary(queue: Optional[str] = None, limit: Optional[int] = None) -> Op[List[DLQErrorCount]]:
+    args: Dict[str, Any] = {}
+    if queue is not None:
+        args["queue"] = queue
+    if limit is not None:
+        args["limit"] = limit
+    return Op("dlqSummary", args, lambda r: [DLQErrorCount.from_wire(x) for x in r.get("errors") or []])
 
 
 def health() -> Op[HealthResult]:

@@ -9,7 +9,8 @@ cannot do harm.
 - ``unavailable``: the sidecar may have been half-way through it (a commit
   whose answer was lost), so only a call a repeat cannot make do more is
   sent again: those in ``_IDEMPOTENT``. Pop, ack, renew, release,
-  transaction, seek, deleteGroup, dlqReplay and maintenance changes are not.
+  transaction, seek, deleteGroup, dlqReplay, dlqDelete and maintenance
+  changes are not.
 
 Any other answer, and a lost connection, is the caller's to handle.
 """
@@ -71,6 +72,7 @@ _IDEMPOTENT: Dict[str, Callable[[Args], bool]] = {
     "stats": _always,
     "groups": _always,
     "dlq": _always,
+    "dlqSummary": _always,
     "push": _every_item_has_transaction_id,
     "maintenance": _reads_only,
 }

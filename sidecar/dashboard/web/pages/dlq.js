@@ -1,25 +1,35 @@
-// Dead letters: filtered by queue, group and partition, a page at a time
-// (afterId), each payload readable in full, and replay of those selected.
+// Dead letters: counted by error, filtered by queue, group, partition,
+// error text and time of death, a page at a time (afterId), each payload
+// readable in full; replay of those selected, and the bulk actions of
+// dlq_bulk.js.
 import { api, query } from '../api.js';
 import { h, num, bytes, time, groupName, writeError } from '../dom.js';
+import { errorSummary } from './dlq_errors.js';
+import { bulkActions } from './dlq_bulk.js';
 
 const PREVIEW_CHARS = 80;
 
 export function create(ctx) {
   const q = ctx.query;
-  const filter = { queue: q.get('queue') || '', group: q.get('group') || '', partition: q.get('partition') || '', limit: [25, 50, 100, 250].includes(Number(q.get('limit'))) ? Number(q.get('limit')) : 50 };
-  const page = { afterId: '', back: [], next: undefined, entries: [], seq: 0 };
+  const filter = { queue: q.get('queue') || '', group: q.get('group') || '', partition: q.get('partition') || '', error: q.get('error') || '', from: q.get('from') || '', to: q.get('to') || '', limit: [25, 50, 100, 250].includes(Number(q.get('limit'))) ? Number(q.get('limit')) : 50 };
+  const page = { afterId: '', back: [], next: undefined, entries: [], seq: 0, count: 0, replayedCount: 0 };
   const selected = new Set();
 
   const queueSelect = h('select', { id: 'dlq-queue', name: 'queue' }, h('option', { value: '' }, 'every queue'));
   if (filter.queue) queueSelect.append(h('option', { value: filter.queue, selected: true }, filter.queue));
   const groupInput = h('input', { id: 'dlq-group', name: 'group', type: 'text', value: filter.group, placeholder: 'any group', autocomplete: 'off' });
   const partitionInput = h('input', { id: 'dlq-partition', name: 'partition', type: 'text', value: filter.partition, placeholder: 'any partition', autocomplete: 'off' });
+  const errorInput = h('input', { id: 'dlq-error', name: 'error', type: 'text', value: filter.error, placeholder: 'any error', autocomplete: 'off' });
+  const fromInput = h('input', { id: 'dlq-from', name: 'from', type: 'datetime-local', value: filter.from });
+  const toInput = h('input', { id: 'dlq-to', name: 'to', type: 'datetime-local', value: filter.to });
   const limitSelect = h('select', { id: 'dlq-limit', name: 'limit' }, [25, 50, 100, 250].map((n) => h('option', { value: String(n), selected: n === filter.limit }, String(n))));
   const form = h('form', { id: 'dlq-filter', class: 'inline-form', role: 'search' },
     h('div', { class: 'field' }, h('label', { for: 'dlq-queue' }, 'Queue'), queueSelect),
     h('div', { class: 'field' }, h('label', { for: 'dlq-group' }, 'Group'), groupInput),
     h('div', { class: 'field' }, h('label', { for: 'dlq-partition' }, 'Partition'), partitionInput),
+    h('div', { class: 'field' }, h('label', { for: 'dlq-error' }, 'Error contains'), errorInput),
+    h('div', { class: 'field' }, h('label', { for: 'dlq-from' }, 'Dead from'), fromInput),
+    h('div', { class: 'field' }, h('label', { for: 'dlq-to' }, 'Dead before'), toInput),
     h('div', { class: 'field' }, h('label', { for: 'dlq-limit' }, 'Per page'), limitSelect),
     h('div', { class: 'field' }, h('span', { class: 'label-spacer', 'aria-hidden': 'true' }, ' '), h('button', { type: 'submit' }, 'Show')));
 
@@ -46,11 +56,32 @@ export function create(ctx) {
   const nextBtn = h('button', { type: 'button', id: 'dlq-next' }, 'Next ›');
   const pageInfo = h('span', { class: 'muted', id: 'dlq-page', 'aria-live': 'polite' });
   const status = h('div', { id: 'dlq-status', class: 'form-status', role: 'status' });
+  const countLine = h('p', { id: 'dlq-count', class: 'muted', 'aria-live': 'polite' });
+
+  // The op's filter of what the page shows (a datetime-local is local time).
+  const iso = (local) => (local ? new Date(local).toISOString() : '');
+  const opFilter = () => {
+    const f = { queue: filter.queue, group: filter.group, partition: filter.partition, errorContains: filter.error, deadFrom: iso(filter.from), deadTo: iso(filter.to) };
+    return Object.fromEntries(Object.entries(f).filter(([, v]) => v !== ''));
+  };
+  const summary = errorSummary(ctx, (queue, group, error) => ctx.navigate(`#/dlq${query({ queue, group, error })}`));
+  const bulk = bulkActions(ctx, () => ({
+    filter: filter.queue ? opFilter() : null,
+    count: page.count,
+    replayedCount: page.replayedCount,
+    selected: [...selected].sort((a, b) => a - b),
+  }), async () => {
+    selected.clear();
+    await Promise.all([load(), summary.load(filter.queue)]);
+  });
 
   const el = h('section', { 'aria-labelledby': 'page-title' },
     h('h1', { id: 'page-title', tabindex: '-1' }, 'Dead letters'),
     h('p', { class: 'muted' }, 'Messages failed past their queue\'s retry budget. Replaying pushes a copy of the payload into its partition as a new message, delivered to every group; it needs the admin token.'),
+    summary.el,
     form,
+    countLine,
+    bulk.el,
     h('div', { class: 'toolbar' }, replayBtn, refreshBtn, h('span', { class: 'spacer' }), pageInfo, firstBtn, prevBtn, nextBtn),
     status,
     h('div', { class: 'table-wrap' }, table));
@@ -62,6 +93,7 @@ export function create(ctx) {
     const n = ids.filter((id) => selected.has(id)).length;
     allBox.checked = ids.length > 0 && n === ids.length;
     allBox.indeterminate = n > 0 && n < ids.length;
+    bulk.update();
   }
 
   function payloadCell(e) {
@@ -105,14 +137,13 @@ export function create(ctx) {
 
   async function load() {
     const seq = ++page.seq;
-    const data = await api(`dlq${query({
-      queue: filter.queue,
-      group: filter.group,
-      partition: filter.partition,
-      afterId: page.afterId,
-      limit: filter.limit,
-    })}`);
+    const data = await api(`dlq${query({ ...opFilter(), afterId: page.afterId, limit: filter.limit, count: true })}`);
     if (!ctx.live() || seq !== page.seq) return;
+    page.count = data.count || 0;
+    page.replayedCount = data.replayedCount || 0;
+    countLine.dataset.count = page.count;
+    countLine.dataset.replayed = page.replayedCount;
+    countLine.textContent = `${num(page.count)} dead letter${page.count === 1 ? '' : 's'} match${page.count === 1 ? 'es' : ''} this filter, ${num(page.replayedCount)} of them replayed already.`;
     page.entries = data.entries || [];
     page.next = data.nextAfterId;
     tbody.replaceChildren(...page.entries.map(row));
@@ -158,6 +189,9 @@ export function create(ctx) {
       queue: queueSelect.value,
       group: groupInput.value.trim(),
       partition: partitionInput.value.trim(),
+      error: errorInput.value,
+      from: fromInput.value,
+      to: toInput.value,
       limit: filter.limit === 50 ? '' : filter.limit,
     };
     const hash = `#/dlq${query(params)}`;
@@ -196,10 +230,10 @@ export function create(ctx) {
     status.className = 'form-status';
     status.textContent = `Replaying ${ids.length}…`;
     try {
-      const res = await api('dlq/replay', { method: 'POST', body: { ids } });
+      const res = await api('dlq/replay', { method: 'POST', body: { ids, includeReplayed: bulk.again() } });
       if (!ctx.live()) return;
       const results = res.results || [];
-      const failed = results.filter((r) => r.error || (r.status !== 'queued' && r.status !== 'duplicate' && r.status !== 'buffered'));
+      const failed = results.filter((r) => r.error || !['queued', 'duplicate', 'buffered', 'skipped'].includes(r.status));
       status.className = failed.length ? 'form-status error' : 'form-status ok';
       status.replaceChildren(
         h('p', null, `Replayed ${results.length - failed.length} of ${results.length}.`),
@@ -208,7 +242,7 @@ export function create(ctx) {
           r.offset !== undefined && r.offset !== null ? ` as offset ${num(r.offset)}` : '',
           r.error ? ` (${typeof r.error === 'object' ? r.error.message || r.error.code : r.error})` : ''))));
       selected.clear();
-      await load();
+      await Promise.all([load(), summary.load(filter.queue)]);
     } catch (err) {
       if (!ctx.live()) return;
       status.className = 'form-status error';
@@ -223,6 +257,7 @@ export function create(ctx) {
     polled: false,
     async refresh() {
       loadQueues();
+      summary.load(filter.queue).catch(() => {}); // the listing below says what is wrong
       await load();
     },
   };
