@@ -7,7 +7,7 @@ import (
 )
 
 func TestDashboardAPIBulkDeadLetters(t *testing.T) {
-	ts := startSidecar(t, "", Options{AdminToken: testAdminToken})
+	ts := startSidecar(t, "", Options{Tokens: AdminTokens(testAdminToken)})
 	srv := httptest.NewServer(ts.srv.HTTPHandler())
 	defer srv.Close()
 	c := ts.client(t)

@@ -60,7 +60,7 @@ async function fillDeadLetters(queue, n) {
 async function visit(route) {
   const page = await openPage(browser);
   await page.goto(`${sidecar.url}#${route}`, { waitUntil: 'load' });
-  await page.evaluate((t) => sessionStorage.setItem('queenside.adminToken', t), sidecar.token);
+  await page.evaluate((t) => sessionStorage.setItem('queenside.token', t), sidecar.token);
   return page;
 }
 
