@@ -46,6 +46,7 @@ func (s *Server) routeDashboard(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.api(s.apiDLQReplay)))
 	mux.HandleFunc("GET /api/spool", s.apiSpool)
 	mux.HandleFunc("GET /api/cluster", s.apiCluster)
+	mux.HandleFunc("GET /api/database", s.api(s.apiDatabase))
 	noAPI := func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API at %s %s", r.Method, r.URL.Path))
 	}
