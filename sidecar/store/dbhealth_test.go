@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/sidecar/pgtest"
+)
+
+// asRole is dbURL with the user changed to role.
+func asRole(t *testing.T, dbURL, role string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil || u.Scheme == "" {
+		return dbURL + " user=" + role // keyword/value: a later key wins
+	}
+	u.User = url.User(role)
+	return u.String()
+}
+
+// A role without pg_monitor reads the health without failing, and is told
+// what it cannot see; with pg_monitor it sees other roles' transactions.
+func TestDatabaseHealthWithAndWithoutPgMonitor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbURL := pgtest.NewDatabase(t)
+	admin := pgtest.Pool(t, dbURL)
+	role := fmt.Sprintf("qs_monitor_%x", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()) }) //nolint:errcheck
+	// The superuser's transaction, open with an xid.
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	var pid int32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT txid_current()) x").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+
+	read := func() DatabaseHealth {
+		t.Helper()
+		s, err := Open(ctx, asRole(t, dbURL, role), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		h, err := s.DatabaseHealth(ctx)
+		if err != nil {
+			t.Fatalf("as %s: %v", role, err)
+		}
+		return h
+	}
+	h := read()
+	if h.OldestTransaction != nil || h.Connections.Hidden < 1 || len(h.Notes) != 1 ||
+		!strings.Contains(h.Notes[0], "grant it pg_monitor") || len(h.Tables) == 0 || h.Tables[0].TotalBytes <= 0 {
+		t.Fatalf("without pg_monitor: %+v", h)
+	}
+	if _, err := admin.Exec(ctx, "GRANT pg_monitor TO "+pgx.Identifier{role}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	h = read()
+	if h.OldestTransaction == nil || h.OldestTransaction.PID != pid || !h.OldestTransaction.HoldsHorizon ||
+		h.Connections.Hidden != 0 || len(h.Notes) != 0 {
+		t.Fatalf("with pg_monitor: %+v", h)
+	}
+}
