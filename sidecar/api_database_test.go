@@ -44,8 +44,9 @@ func TestDashboardAPIDatabaseHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var xid int64
 	var pid int32
-	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT txid_current()) x").Scan(&pid); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT txid_current(), pg_backend_pid()").Scan(&xid, &pid); err != nil {
 		t.Fatal(err)
 	}
 

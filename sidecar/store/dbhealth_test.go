@@ -42,8 +42,9 @@ func TestDatabaseHealthWithAndWithoutPgMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck
+	var xid int64
 	var pid int32
-	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT txid_current()) x").Scan(&pid); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT txid_current(), pg_backend_pid()").Scan(&xid, &pid); err != nil {
 		t.Fatal(err)
 	}
 
