@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/queenside/queenside/sidecar/pgserver"
 	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
@@ -73,5 +75,68 @@ func TestDatabaseHealthWithAndWithoutPgMonitor(t *testing.T) {
 	if h.OldestTransaction == nil || h.OldestTransaction.PID != pid || !h.OldestTransaction.HoldsHorizon ||
 		h.Connections.Hidden != 0 || len(h.Notes) != 0 {
 		t.Fatalf("with pg_monitor: %+v", h)
+	}
+}
+
+// On a primary, its standby and an unused slot are listed; on the
+// standby, its own replay.
+func TestDatabaseHealthOnAPrimaryAndItsStandby(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	primary, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(dir, "primary"), Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { primary.Stop("immediate") }) //nolint:errcheck // best effort
+	standby, err := pgserver.StartStandby(ctx, primary, pgserver.Options{Dir: filepath.Join(dir, "replica"), Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standby.Stop("immediate") }) //nolint:errcheck // best effort
+	open := func(url string) *Store {
+		s, err := Open(ctx, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	onPrimary, onStandby := open(primary.URL("postgres")), open(standby.URL("postgres"))
+	for _, sql := range []string{
+		"SELECT pg_create_physical_replication_slot('left_behind', true)",
+		"CREATE TABLE written (n int)", "INSERT INTO written VALUES (1)",
+	} {
+		if _, err := onPrimary.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// until the standby streams and has replayed the insert
+	for {
+		p, err := onPrimary.DatabaseHealth(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := onStandby.DatabaseHealth(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Standbys) == 1 && p.Standbys[0].State == "streaming" && s.Replay != nil && s.Replay.LastReplayAt != nil && s.Replay.CaughtUp {
+			if p.InRecovery || p.Replay != nil || p.Standbys[0].Application != "replica" || p.Standbys[0].ReplayLagBytes == nil {
+				t.Fatalf("on the primary: %+v", p)
+			}
+			if len(p.ReplicationSlots) != 1 || p.ReplicationSlots[0].Slot != "left_behind" || p.ReplicationSlots[0].Active ||
+				p.ReplicationSlots[0].RetainedWALBytes == nil || p.ReplicationSlots[0].XidAge != nil {
+				t.Fatalf("slots: %+v", p.ReplicationSlots)
+			}
+			if !s.InRecovery || len(s.Standbys) != 0 || *s.Replay.BytesBehind != 0 || len(s.Problems) != 0 {
+				t.Fatalf("on the standby: %+v, replay %+v", s, *s.Replay)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the standby did not stream and replay in time: primary %+v; standby %+v", p.Standbys, s.Replay)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
