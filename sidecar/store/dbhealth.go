@@ -342,7 +342,8 @@ func readSlots(ctx context.Context, tx pgx.Tx, h *DatabaseHealth) error {
 
 // readConnections counts client sessions. A role without pg_read_all_stats
 // (pg_monitor) sees other roles' sessions without their state or backend
-// type: they are counted as hidden.
+// type: those with a database are counted as hidden client sessions (an
+// autovacuum worker among them too, as that role cannot tell).
 func readConnections(ctx context.Context, tx pgx.Tx, h *DatabaseHealth) error {
 	rows, err := tx.Query(ctx, `
 		SELECT datname IS NOT DISTINCT FROM current_database(), coalesce(application_name, ''),
