@@ -29,9 +29,12 @@ const (
 	// thousands of their dead versions from being pruned.
 	openTransactionWarn, openTransactionCritical = time.Minute, 15 * time.Minute
 	// A table is flagged from this many dead tuples, when they are at
-	// least the warning share of its tuples; critical from the second.
+	// least the warning share of its tuples (critical from the second) and
+	// no vacuum came for vacuumLate: autovacuum starts at 20 % by default,
+	// so it is then behind, held back or off.
 	deadTuplesMin                        = 10_000
 	deadPercentWarn, deadPercentCritical = 20.0, 50.0
+	vacuumLate                           = 10 * time.Minute
 	// A slot that is in use and holds back the horizon by this many
 	// transactions is a warning; an unused one holding it is critical.
 	slotXidAgeWarn = 10_000_000
@@ -103,7 +106,7 @@ func healthProblems(h DatabaseHealth) []Problem {
 		}
 	}
 	for _, t := range h.Tables {
-		if t.DeadTuples < deadTuplesMin {
+		if t.DeadTuples < deadTuplesMin || vacuumedWithin(t, h.At, vacuumLate) {
 			continue
 		}
 		if sev := level(t.DeadPercent, deadPercentWarn, deadPercentCritical); sev != "" {
@@ -163,6 +166,17 @@ func applicationLabel(app string) string {
 		return "no application name"
 	}
 	return fmt.Sprintf("%q", app)
+}
+
+// vacuumedWithin tells whether vacuum, automatic or not, ran on t in the
+// last d before now.
+func vacuumedWithin(t TableHealth, now time.Time, d time.Duration) bool {
+	for _, at := range []*time.Time{t.LastAutovacuum, t.LastVacuum} {
+		if at != nil && now.Sub(*at) < d {
+			return true
+		}
+	}
+	return false
 }
 
 func lastAutovacuum(at *time.Time, now time.Time) string {

@@ -17,12 +17,15 @@ func TestDatabaseHealthRules(t *testing.T) {
 		want []Problem
 	}{
 		{"nothing wrong", DatabaseHealth{
+			At:                   now,
 			OldestTransaction:    &OpenTransaction{PID: 7, AgeSeconds: 59, HoldsHorizon: true},
 			PreparedTransactions: []PreparedTransaction{{GID: "g", AgeSeconds: 10}},
 			ReplicationSlots:     []ReplicationSlot{{Slot: "s", Active: true, XidAge: i64(9_999_999), RetainedWALBytes: i64(2 << 30)}},
 			Tables: []TableHealth{
 				{Table: "segments", DeadTuples: 9_999, DeadPercent: 90},
 				{Table: "cursors", DeadTuples: 50_000, DeadPercent: 19.9},
+				{Table: "partitions", DeadTuples: 400_000, DeadPercent: 98, LastAutovacuum: ago(9 * time.Minute)},
+				{Table: "dedup", DeadTuples: 400_000, DeadPercent: 98, LastVacuum: ago(time.Minute), LastAutovacuum: ago(time.Hour)},
 			},
 			Connections: Connections{Max: 100, Reserved: 3, Total: 77},
 			Standbys:    []Standby{{Application: "replica", ReplayLagSeconds: f64(29), ReplayLagBytes: i64(1<<30 - 1)}},

@@ -67,7 +67,7 @@ export function create(ctx) {
 
   function renderOldest(t, now) {
     if (!t) {
-      oldest.replaceChildren(h('p', { class: 'muted' }, 'No transaction is open in this database (but this page\'s own).'));
+      oldest.replaceChildren(h('p', { class: 'muted' }, 'No other transaction is open in this database.'));
       return;
     }
     const field = (name, v) => h('dd', { dataset: { field: name } }, v);
