@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -59,7 +60,8 @@ type IndexSize struct {
 	Scans int64  `json:"scans"`
 }
 
-// OpenTransaction is the oldest transaction open in this database.
+// OpenTransaction is the oldest transaction open in this database that
+// holds back the horizon, or else the oldest open.
 type OpenTransaction struct {
 	PID          int32      `json:"pid"`
 	Application  string     `json:"application"`
@@ -284,8 +286,9 @@ func readIndexes(ctx context.Context, tx pgx.Tx, h *DatabaseHealth) error {
 }
 
 // readOldestTransaction finds the client session of this database whose
-// transaction began first; other databases' transactions do not hold back
-// vacuum of this one's tables.
+// transaction began first among those holding back the horizon, else
+// among all; other databases' transactions do not hold back vacuum of this
+// one's tables.
 func readOldestTransaction(ctx context.Context, tx pgx.Tx, h *DatabaseHealth) error {
 	var t OpenTransaction
 	err := tx.QueryRow(ctx, `
@@ -297,10 +300,10 @@ func readOldestTransaction(ctx context.Context, tx pgx.Tx, h *DatabaseHealth) er
 		  FROM pg_stat_activity
 		 WHERE datname = current_database() AND backend_type = 'client backend'
 		   AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
-		 ORDER BY xact_start LIMIT 1`, queryTextMax).
+		 ORDER BY backend_xid IS NULL AND backend_xmin IS NULL, xact_start LIMIT 1`, queryTextMax).
 		Scan(&t.PID, &t.Application, &t.User, &t.State, &t.XactStart, &t.QueryStart, &t.AgeSeconds,
 			&t.HoldsHorizon, &t.XidAge, &t.WaitEvent, &t.Query)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
 	if err != nil {
