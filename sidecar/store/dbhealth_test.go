@@ -140,3 +140,60 @@ func TestDatabaseHealthOnAPrimaryAndItsStandby(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// An older transaction without an xid or a snapshot gives way, as the
+// oldest, to a younger one that holds back the horizon.
+func TestDatabaseHealthPrefersTheTransactionHoldingTheHorizon(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbURL := pgtest.NewDatabase(t)
+	pool := pgtest.Pool(t, dbURL)
+	begin := func(sql string) int32 {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck
+		// Exec without arguments is a simple query: no portal keeps its
+		// snapshot after it.
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+		return int32(tx.Conn().PgConn().PID())
+	}
+	idle := begin("SELECT 1") // read committed: no snapshot kept
+	time.Sleep(50 * time.Millisecond)
+	holding := begin("SELECT txid_current()")
+	s, err := Open(ctx, dbURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := s.DatabaseHealth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := h.OldestTransaction; o == nil || o.PID != holding || !o.HoldsHorizon {
+		t.Fatalf("oldest: %+v, want pid %d (not %d)", o, holding, idle)
+	}
+	// Without the younger one, the older is the oldest, holding nothing.
+	if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", holding); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if h, err = s.DatabaseHealth(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if o := h.OldestTransaction; o != nil && o.PID == idle {
+			if o.HoldsHorizon || o.XidAge != nil || o.State != "idle in transaction" {
+				t.Fatalf("the older one: %+v", o)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("oldest after the younger ended: %+v", h.OldestTransaction)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
