@@ -56,6 +56,7 @@ func (s *Server) routeDashboard(root *http.ServeMux) {
 	mux.HandleFunc("GET /api/spool", s.apiSpool)
 	mux.HandleFunc("GET /api/cluster", s.apiCluster)
 	mux.HandleFunc("GET /api/history", s.apiHistory)
+	mux.HandleFunc("GET /api/database", s.api(s.apiDatabase))
 	noAPI := func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no API at %s %s", r.Method, r.URL.Path))
 	}

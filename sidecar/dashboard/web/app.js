@@ -9,6 +9,7 @@ import * as dlq from './pages/dlq.js';
 import * as spool from './pages/spool.js';
 import * as cluster from './pages/cluster.js';
 import * as messages from './pages/messages.js';
+import * as database from './pages/database.js';
 
 const ROUTES = [
   { re: /^\/(queues)?$/, page: queues, nav: 'queues' },
@@ -17,6 +18,7 @@ const ROUTES = [
   { re: /^\/dlq$/, page: dlq, nav: 'dlq' },
   { re: /^\/spool$/, page: spool, nav: 'spool' },
   { re: /^\/cluster$/, page: cluster, nav: 'cluster' },
+  { re: /^\/database$/, page: database, nav: 'database' },
 ];
 
 const main = document.getElementById('main');
