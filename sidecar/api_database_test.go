@@ -2,13 +2,13 @@ package sidecar
 
 import (
 	"context"
-	"fmt"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // findByKey is the element of list (a JSON array of objects) whose key is value.
@@ -22,7 +22,11 @@ func findByKey(list any, key string, value any) map[string]any {
 	return nil
 }
 
+// The transaction's sentence needs it a minute old: the browser test
+// (database.test.js) waits for it, and TestDatabaseHealthRules gives every
+// rule its inputs; here the transaction is found as the oldest at once.
 func TestDashboardAPIDatabaseHealth(t *testing.T) {
+	pgtest.SkipOnCitus(t, "a distributed table's rows and dead tuples are the workers'; the page reads the coordinator's statistics, as API.md says")
 	ts := startSidecar(t, "", Options{})
 	srv := httptest.NewServer(ts.srv.HTTPHandler())
 	defer srv.Close()
@@ -70,36 +74,27 @@ func TestDashboardAPIDatabaseHealth(t *testing.T) {
 	c.Exec(ctx, "SELECT pg_stat_force_next_flush()") //nolint:errcheck // absent before PostgreSQL 15
 	c.Release()
 
-	// The transaction's sentence appears once it is a minute old.
+	// The table's dead tuples show once the statistics are flushed.
 	var out map[string]any
-	var txProblem map[string]any
 	for {
 		code, got := apiCall(t, srv, "GET", "/api/database", "", nil)
 		if code != 200 {
 			t.Fatalf("/api/database: %d %v", code, got)
 		}
 		out = got
-		txProblem = findByKey(out["problems"], "kind", "transaction")
-		if txProblem != nil && findByKey(out["problems"], "kind", "table") != nil {
+		if findByKey(out["problems"], "kind", "table") != nil {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("no transaction or table problem in time: %v", out)
+			t.Fatalf("no table problem in time: %v", out)
 		}
 		time.Sleep(2 * time.Second)
 	}
 
 	oldest, _ := out["oldestTransaction"].(map[string]any)
-	age, _ := oldest["ageSeconds"].(float64)
 	if num(oldest["pid"]) != int64(pid) || oldest["application"] != "held-open" || oldest["state"] != "idle in transaction" ||
-		oldest["holdsHorizon"] != true || age < 60 || num(oldest["xidAge"]) < 1 {
+		oldest["holdsHorizon"] != true || num(oldest["xidAge"]) < 1 {
 		t.Fatalf("oldestTransaction: %v", oldest)
-	}
-	text, _ := txProblem["text"].(string)
-	if txProblem["severity"] != "warning" || txProblem["name"] != fmt.Sprint(pid) ||
-		!strings.HasPrefix(text, "A transaction open for 1 min holds back vacuum of the queue tables") ||
-		!strings.Contains(text, fmt.Sprintf(`pid %d, "held-open", idle in transaction`, pid)) {
-		t.Fatalf("the transaction's problem: %v", txProblem)
 	}
 
 	orphans := findByKey(out["tables"], "table", "orphan_hashes")
@@ -136,12 +131,12 @@ func TestDashboardAPIDatabaseHealth(t *testing.T) {
 		t.Fatalf("server: %v", out)
 	}
 
-	// Once the transaction ends, its sentence goes.
+	// Once the transaction ends, it is no longer the oldest.
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	code, out := apiCall(t, srv, "GET", "/api/database", "", nil)
-	if code != 200 || findByKey(out["problems"], "kind", "transaction") != nil {
+	if oldest, _ := out["oldestTransaction"].(map[string]any); code != 200 || (oldest != nil && num(oldest["pid"]) == int64(pid)) {
 		t.Fatalf("after the rollback: %d %v", code, out)
 	}
 	if code, out := apiCall(t, srv, "POST", "/api/database", "", nil); code != 404 || errCode(out) != "not_found" {

@@ -82,8 +82,8 @@ func TestDLQReplayInterruptedAndStartedAgainReplaysEachOnce(t *testing.T) {
 	const n, parts = 10000, 100
 	ts := startSidecar(t, "", Options{})
 	c := ts.client(t)
-	ctx := testContext(t)
 	fillDeadLetters(t, c, "bulk", n, parts, func(i int) string { return fmt.Sprintf("error %d", i%3) })
+	ctx := testContext(t) // after the filling, which takes longer on Citus
 	filter := queenside.DLQFilter{Queue: "bulk"}
 
 	args := queenside.DLQReplayArgs{DLQSelection: queenside.DLQSelection{DLQFilter: filter, Limit: 500}}

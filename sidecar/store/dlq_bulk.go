@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,29 +88,14 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, dls []DeadLetter, msgs []
 
 func (s *Store) replayDeadLetters(ctx context.Context, dls []DeadLetter, msgs []Message, again bool) ([]*Outcome, error) {
 	out := make([]*Outcome, len(dls))
-	partIDs, ids := make([]int64, len(dls)), make([]int64, len(dls))
-	for i, d := range dls {
-		partIDs[i], ids[i] = d.PartitionID, d.ID
-	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("dlq replay: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	rows, err := tx.Query(ctx, `SELECT d.id FROM queenside.dead_letters d
-		JOIN unnest($1::bigint[], $2::bigint[]) AS k(partition_id, id) ON d.partition_id = k.partition_id AND d.id = k.id
-		WHERE $3 OR d.replayed_at IS NULL
-		ORDER BY d.id FOR UPDATE OF d`, partIDs, ids, again)
+	keep, err := lockDeadLetters(ctx, tx, dls, again)
 	if err != nil {
 		return nil, fmt.Errorf("dlq replay: lock entries: %w", err)
-	}
-	locked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("dlq replay: lock entries: %w", err)
-	}
-	keep := make(map[int64]bool, len(locked))
-	for _, id := range locked {
-		keep[id] = true
 	}
 	var positions []int
 	var kept []Message
@@ -129,22 +115,28 @@ func (s *Store) replayDeadLetters(ctx context.Context, dls []DeadLetter, msgs []
 	if err != nil {
 		return nil, fmt.Errorf("dlq replay: push: %w", err)
 	}
-	n := len(kept)
-	markPart, markID, markMID := make([]int64, n), make([]int64, n), make([]uuid.UUID, n)
-	markTx, markOffset, markAt := make([]string, n), make([]int64, n), make([]time.Time, n)
+	marks := &pgx.Batch{}
+	for _, pid := range partitionOrder(positions, func(i int) int64 { return dls[i].PartitionID }) {
+		var ids, offsets []int64
+		var mids []uuid.UUID
+		var txs []string
+		var ats []time.Time
+		for k, i := range positions {
+			if dls[i].PartitionID == pid {
+				o := outcomes[k]
+				ids, mids, txs = append(ids, dls[i].ID), append(mids, o.MessageID), append(txs, kept[k].TransactionID)
+				offsets, ats = append(offsets, o.Offset), append(ats, o.CommittedAt)
+			}
+		}
+		marks.Queue(`UPDATE queenside.dead_letters d
+			SET replayed_at = m.at, replay_message_id = m.mid, replay_transaction_id = m.tx, replay_offset = m.off
+			FROM unnest($2::bigint[], $3::uuid[], $4::text[], $5::bigint[], $6::timestamptz[]) AS m(id, mid, tx, off, at)
+			WHERE d.partition_id = $1 AND d.id = m.id`, pid, ids, mids, txs, offsets, ats)
+	}
 	for k, i := range positions {
-		o := outcomes[k]
-		markPart[k], markID[k], markMID[k] = dls[i].PartitionID, dls[i].ID, o.MessageID
-		markTx[k], markOffset[k], markAt[k] = kept[k].TransactionID, o.Offset, o.CommittedAt
 		out[i] = &outcomes[k]
 	}
-	_, err = tx.Exec(ctx, `UPDATE queenside.dead_letters d
-		SET replayed_at = m.at, replay_message_id = m.mid, replay_transaction_id = m.tx, replay_offset = m.off
-		FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::text[], $5::bigint[], $6::timestamptz[])
-		     AS m(partition_id, id, mid, tx, off, at)
-		WHERE d.partition_id = m.partition_id AND d.id = m.id`,
-		markPart, markID, markMID, markTx, markOffset, markAt)
-	if err != nil {
+	if err := tx.SendBatch(ctx, marks).Close(); err != nil {
 		return nil, fmt.Errorf("dlq replay: record the replays: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -153,6 +145,54 @@ func (s *Store) replayDeadLetters(ctx context.Context, dls []DeadLetter, msgs []
 	s.wakeRouted(kept)
 	s.wakeLocally(kept)
 	return out, nil
+}
+
+// lockDeadLetters locks the entries of dls still to replay (every one
+// when again) and tells which they are. A statement a partition, in
+// partition and id order, sent together: each is a single-shard statement
+// on Citus, which refuses a row lock over several shards.
+func lockDeadLetters(ctx context.Context, tx pgx.Tx, dls []DeadLetter, again bool) (map[int64]bool, error) {
+	pids := partitionOrder(dls, func(d DeadLetter) int64 { return d.PartitionID })
+	lock := &pgx.Batch{}
+	for _, pid := range pids {
+		var ids []int64
+		for _, d := range dls {
+			if d.PartitionID == pid {
+				ids = append(ids, d.ID)
+			}
+		}
+		lock.Queue(`SELECT id FROM queenside.dead_letters
+			WHERE partition_id = $1 AND id = ANY($2) AND ($3 OR replayed_at IS NULL)
+			ORDER BY id FOR UPDATE`, pid, ids, again)
+	}
+	br := tx.SendBatch(ctx, lock)
+	defer br.Close()
+	keep := map[int64]bool{}
+	for range pids {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			keep[id] = true
+		}
+	}
+	return keep, br.Close()
+}
+
+// partitionOrder is the distinct partitions of items in ascending order,
+// the order their rows are locked in.
+func partitionOrder[T any](items []T, partition func(T) int64) []int64 {
+	var pids []int64
+	for _, it := range items {
+		pids = append(pids, partition(it))
+	}
+	slices.Sort(pids)
+	return slices.Compact(pids)
 }
 
 // DeleteDeadLetters deletes the entries a selection names: its ids, or the
@@ -170,21 +210,35 @@ func (s *Store) DeleteDeadLetters(ctx context.Context, sel protocol.DLQSelection
 	if err := s.queueExists(ctx, sel.Queue); err != nil {
 		return 0, nil, err
 	}
-	var looked int
-	var last *int64
-	err := s.pool.QueryRow(ctx, `WITH batch AS (
-			SELECT partition_id, id FROM queenside.dead_letters
-			 WHERE queue_name = $1 AND `+dlqFilterSQL+` AND id > $7 ORDER BY id LIMIT $8),
-		gone AS (
-			DELETE FROM queenside.dead_letters d USING batch b
-			 WHERE d.partition_id = b.partition_id AND d.id = b.id RETURNING d.id)
-		SELECT (SELECT count(*) FROM batch), (SELECT max(id) FROM batch), (SELECT count(*) FROM gone)`,
-		append(dlqFilterArgs(sel.DLQFilter), sel.AfterID, sel.Limit)...).Scan(&looked, &last, &deleted)
+	// The batch is read, then deleted by its keys: on Citus a statement
+	// that modifies several shards cannot also read them in a CTE.
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT partition_id, id FROM queenside.dead_letters
+			WHERE queue_name = $1 AND `+dlqFilterSQL+` AND id > $7 ORDER BY id LIMIT $8`,
+			append(dlqFilterArgs(sel.DLQFilter), sel.AfterID, sel.Limit)...)
+		if err != nil {
+			return err
+		}
+		var pids, ids []int64
+		var pid, id int64
+		if _, err := pgx.ForEachRow(rows, []any{&pid, &id}, func() error {
+			pids, ids = append(pids, pid), append(ids, id)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if len(ids) == sel.Limit { // a full batch: more may follow
+			next = &ids[len(ids)-1]
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM queenside.dead_letters WHERE partition_id = ANY($1) AND id = ANY($2)`, pids, ids)
+		deleted = int(tag.RowsAffected())
+		return err
+	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("dlq delete: %w", err)
-	}
-	if looked == sel.Limit { // a full batch: more may follow
-		next = last
 	}
 	return deleted, next, nil
 }
