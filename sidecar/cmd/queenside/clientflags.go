@@ -17,7 +17,7 @@ func clientFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "socket", Usage: "sidecar socket (default: $QUEENSIDE_SOCKET, else ./" + queenside.DevSocket + " when it exists, else " + queenside.DefaultSocket + ")"},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON, for scripts"},
-		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
+		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long (a command that works in batches: on a batch)"},
 	}
 }
 
@@ -30,6 +30,12 @@ func connect(c *cli.Context) (*queenside.Client, context.Context, context.Cancel
 		return nil, nil, nil, err
 	}
 	return cl, ctx, func() { cl.Close(); cancel() }, nil
+}
+
+// perCall bounds one call of a command that works in batches by --timeout,
+// so that neither the whole run nor a question asked on the way is.
+func perCall(c *cli.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Context, c.Duration("timeout"))
 }
 
 // printJSON prints a result with the protocol's own field names: it goes

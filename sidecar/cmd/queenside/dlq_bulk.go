@@ -79,7 +79,7 @@ func dlqReplayAll(c *cli.Context) error {
 	if f.Queue == "" {
 		return exitError("dlq replay --all: --queue is required")
 	}
-	cl, ctx, done, err := connect(c)
+	cl, _, done, err := connect(c)
 	if err != nil {
 		return exitError("%v", err)
 	}
@@ -88,7 +88,9 @@ func dlqReplayAll(c *cli.Context) error {
 	args := queenside.DLQReplayArgs{DLQSelection: queenside.DLQSelection{DLQFilter: f, Limit: c.Int("batch")}, IncludeReplayed: &again}
 	var total queenside.DLQReplayReply
 	for {
+		ctx, cancel := perCall(c)
 		r, err := cl.DLQReplayBatch(ctx, args)
+		cancel()
 		if err != nil {
 			return exitError("dlq replay: %v (run it again to go on: what was replayed is skipped)", err)
 		}
@@ -153,7 +155,9 @@ func dlqDelete(c *cli.Context) error {
 	}
 	deleted := 0
 	for {
+		ctx, cancel := perCall(c)
 		r, err := cl.DLQDelete(ctx, sel)
+		cancel()
 		deleted += r.Deleted
 		if err != nil {
 			return exitError("dlq delete: %v (%d deleted)", err, deleted)
