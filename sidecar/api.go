@@ -46,13 +46,13 @@ func (s *Server) routeDashboard(root *http.ServeMux) {
 	mux.HandleFunc("GET /api/queues/{queue}/partitions", s.api(s.apiPartitions))
 	mux.HandleFunc("GET /api/queues/{queue}/partitions/{partition}/messages", s.api(s.apiMessages))
 	mux.HandleFunc("GET /api/queues/{queue}/partitions/{partition}/messages/{offset}", s.api(s.apiMessage))
-	mux.HandleFunc("POST /api/queues/{queue}/seek", s.adminOnly(s.api(s.apiSeek)))
+	mux.HandleFunc("POST /api/queues/{queue}/seek", s.adminOnly(s.api(s.opAPI(s.opSeek, "queue"))))
 	mux.HandleFunc("POST /api/queues/{queue}/pause", s.adminOnly(s.api(s.apiPause)))
-	mux.HandleFunc("POST /api/maintenance", s.adminOnly(s.api(s.apiMaintenance)))
+	mux.HandleFunc("POST /api/maintenance", s.adminOnly(s.api(s.opAPI(s.opMaintenance))))
 	mux.HandleFunc("GET /api/dlq", s.api(s.apiDLQ))
-	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.api(s.apiDLQReplay)))
+	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.api(s.opAPI(s.opDLQReplay))))
 	mux.HandleFunc("GET /api/dlq/summary", s.api(s.apiDLQSummary))
-	mux.HandleFunc("POST /api/dlq/delete", s.adminOnly(s.api(s.apiDLQDelete)))
+	mux.HandleFunc("POST /api/dlq/delete", s.adminOnly(s.api(s.opAPI(s.opDLQDelete))))
 	mux.HandleFunc("GET /api/spool", s.apiSpool)
 	mux.HandleFunc("GET /api/cluster", s.apiCluster)
 	mux.HandleFunc("GET /api/history", s.apiHistory)
@@ -177,30 +177,26 @@ func (s *Server) apiPartitions(ctx context.Context, r *http.Request) (any, error
 	return res, nil
 }
 
-// apiSeek and apiDLQReplay hand their JSON body to the protocol's own
-// decoders, so that the API checks arguments exactly as the ops do.
-func (s *Server) apiSeek(ctx context.Context, r *http.Request) (any, error) {
-	raw, err := bodyAsArgs(r, map[string]any{"queue": r.PathValue("queue")})
-	if err != nil {
-		return nil, err
+// opAPI answers a request with an op of the protocol: the JSON body,
+// with the path's values named by pathArgs set on it, goes to the op's own
+// decoder, so that the API checks arguments exactly as the op does, and
+// the result comes back under the op's wire names.
+func (s *Server) opAPI(op func(context.Context, []byte) (any, error), pathArgs ...string) func(context.Context, *http.Request) (any, error) {
+	return func(ctx context.Context, r *http.Request) (any, error) {
+		extra := map[string]any{}
+		for _, name := range pathArgs {
+			extra[name] = r.PathValue(name)
+		}
+		raw, err := bodyAsArgs(r, extra)
+		if err != nil {
+			return nil, err
+		}
+		v, err := op(ctx, raw)
+		if err != nil {
+			return nil, err
+		}
+		return asJSON(v)
 	}
-	v, err := s.opSeek(ctx, raw)
-	if err != nil {
-		return nil, err
-	}
-	return asJSON(v)
-}
-
-func (s *Server) apiDLQReplay(ctx context.Context, r *http.Request) (any, error) {
-	raw, err := bodyAsArgs(r, nil)
-	if err != nil {
-		return nil, err
-	}
-	v, err := s.opDLQReplay(ctx, raw)
-	if err != nil {
-		return nil, err
-	}
-	return asJSON(v)
 }
 
 // apiPause pauses or resumes a queue's consumption, keeping its other
@@ -227,15 +223,6 @@ func (s *Server) apiPause(ctx context.Context, r *http.Request) (any, error) {
 		s.log.Warn("a queue was paused or resumed, but the control state could not be read back", "error", err)
 	}
 	return map[string]any{"queue": queue, "options": got}, nil
-}
-
-// apiMaintenance changes the maintenance state: {push?: bool, pop?: bool}.
-func (s *Server) apiMaintenance(ctx context.Context, r *http.Request) (any, error) {
-	raw, err := bodyAsArgs(r, nil)
-	if err != nil {
-		return nil, err
-	}
-	return s.opMaintenance(ctx, raw)
 }
 
 func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {

@@ -1,11 +1,9 @@
 package sidecar
 
 import (
-	"bytes"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,26 +14,8 @@ const (
 	testAliceToken = "0123456789abcdef-alice"
 )
 
-// syncBuffer is a log output the test reads while the server writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestReadTokensCloseReadsAndOnlyAdminTokensWrite(t *testing.T) {
-	var logged syncBuffer
+	var logged lockedLog // process_test.go
 	tokens := Tokens{
 		Admin: []Token{{Name: "admin", Secret: testAdminToken}, {Name: "alice", Secret: testAliceToken}},
 		Read:  []Token{{Name: "grafana", Secret: testReadToken}},

@@ -66,16 +66,3 @@ func (s *Server) apiDLQSummary(ctx context.Context, r *http.Request) (any, error
 	}
 	return asJSON(protocol.DLQSummaryResult{Errors: counts})
 }
-
-// apiDLQDelete answers dlqDelete, its JSON body read as the op's args.
-func (s *Server) apiDLQDelete(ctx context.Context, r *http.Request) (any, error) {
-	raw, err := bodyAsArgs(r, nil)
-	if err != nil {
-		return nil, err
-	}
-	v, err := s.opDLQDelete(ctx, raw)
-	if err != nil {
-		return nil, err
-	}
-	return asJSON(v)
-}

@@ -4,6 +4,7 @@
 // 403s a test declares expected are let through.
 import { mkdtempSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import puppeteer from 'puppeteer-core';
 
@@ -84,4 +85,15 @@ export async function waitValue(page, selector, want, { timeout = 15_000, attr =
     const got = await page.$eval(selector, (el, a) => el.dataset[a], attr).catch(() => '(absent)');
     throw new Error(`${selector} data-${attr}: want ${want}, have ${got} (${err.message})`);
   }
+}
+
+/**
+ * Ends a test's page: saves its screenshot into dir as <shot>.png when
+ * shot is given, closes it, and fails on any problem the page had.
+ */
+export async function finishPage(page, dir, shot) {
+  if (shot) await page.screenshot({ path: join(dir, `${shot}.png`) });
+  const problems = [...page.problems];
+  await page.close();
+  assert.deepEqual(problems, [], 'the page had problems');
 }

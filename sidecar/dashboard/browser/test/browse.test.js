@@ -6,10 +6,9 @@
 // HTTP error; the page and API times are printed for the record.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { completed, connect, startSidecar } from '../harness.js';
-import { launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
+import { finishPage, launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
 
 const QUEUE = 'browse';
 const PARTITION = 'orders/eu';
@@ -68,12 +67,7 @@ after(async () => {
   if (shots) console.log(`# screenshots in ${shots}`);
 });
 
-async function finish(page, shot) {
-  if (shot) await page.screenshot({ path: join(shots, `${shot}.png`) });
-  const problems = [...page.problems];
-  await page.close();
-  assert.deepEqual(problems, [], 'the page had problems');
-}
+const finish = (page, shot) => finishPage(page, shots, shot);
 
 const getJSON = async (path) => {
   const res = await fetch(`${sidecar.url}${path}`);

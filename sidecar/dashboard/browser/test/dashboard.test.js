@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { completed, connect, failed, startReadOnlySidecar, startSidecar, uniqueQueue } from '../harness.js';
-import { launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
+import { finishPage, launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
 
 let sidecar;
 let client;
@@ -67,12 +67,7 @@ async function settle() {
   if (process.env.QUEENSIDE_SCREENSHOTS) await new Promise((r) => setTimeout(r, 8000));
 }
 
-async function finish(page, shot) {
-  if (shot) await page.screenshot({ path: join(shots, `${shot}.png`) });
-  const problems = [...page.problems];
-  await page.close();
-  assert.deepEqual(problems, [], 'the page had problems');
-}
+const finish = (page, shot) => finishPage(page, shots, shot);
 
 /** Marks the document, to prove later that the page was not reloaded. */
 const mark = (page) => page.evaluate(() => {

@@ -5,9 +5,8 @@
 // again, and a deletion of those selected.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { connect, failed, startSidecar, uniqueQueue } from '../harness.js';
-import { launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
+import { finishPage, launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
 
 const DEAD = 10_000;
 const PARTITIONS = 100;
@@ -64,12 +63,7 @@ async function visit(route) {
   return page;
 }
 
-async function finish(page, shot) {
-  if (shot) await page.screenshot({ path: join(shots, `${shot}.png`) });
-  const problems = [...page.problems];
-  await page.close();
-  assert.deepEqual(problems, [], 'the page had problems');
-}
+const finish = (page, shot) => finishPage(page, shots, shot);
 
 async function answerConfirm(page) {
   await page.waitForSelector('#confirm-dialog[open]');

@@ -4,9 +4,8 @@
 // every 5 s, so that the history fills in seconds.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { completed, connect, startSidecar, uniqueQueue } from '../harness.js';
-import { launch, openPage, screenshotDir, text } from '../browser.js';
+import { finishPage, launch, openPage, screenshotDir, text } from '../browser.js';
 
 // What the history holds before a page is opened; more for `make screenshots`.
 const SAMPLES = process.env.QUEENSIDE_SCREENSHOTS ? 120 : 12;
@@ -67,12 +66,7 @@ after(async () => {
   if (shots) console.log(`# screenshots in ${shots}`);
 });
 
-async function finish(page, shot) {
-  if (shot) await page.screenshot({ path: join(shots, `${shot}.png`) });
-  const problems = [...page.problems];
-  await page.close();
-  assert.deepEqual(problems, [], 'the page had problems');
-}
+const finish = (page, shot) => finishPage(page, shots, shot);
 
 /**
  * Opens route and reads what its chart drew the first time it was drawn.
