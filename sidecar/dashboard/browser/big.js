@@ -3,7 +3,7 @@
 // dashboard page takes to show its data and how long its API calls take.
 // Not part of `npm test`: `npm run big` (env BIG_PARTITIONS, BIG_MESSAGES).
 import { performance } from 'node:perf_hooks';
-import { connect, startSidecar } from './harness.js';
+import { connect, pushMany, startSidecar } from './harness.js';
 import { launch, openPage } from './browser.js';
 
 const PARTITIONS = Number(process.env.BIG_PARTITIONS || 10_000);
@@ -17,39 +17,26 @@ const partitionName = (i) => `part-${String(i).padStart(5, '0')}`;
 const ms = (t) => `${t.toFixed(0)} ms`;
 
 async function fill(sidecar) {
-  const clients = await Promise.all(Array.from({ length: CLIENTS }, () => connect({ socket: sidecar.socket })));
-  let next = 0;
-  let done = 0;
   let lastReport = performance.now();
   const started = performance.now();
-  async function worker(w) {
-    const client = clients[w % CLIENTS];
-    for (;;) {
-      const from = next;
-      if (from >= MESSAGES) return;
-      next += BATCH;
-      const items = [];
-      for (let i = from; i < Math.min(from + BATCH, MESSAGES); i++) {
-        items.push({ queue: QUEUE, partition: partitionName(i % PARTITIONS), payload: { i, at: 'big' } });
-      }
-      const results = await client.push(items);
-      const bad = results.find((r) => r.status !== 'queued' && r.status !== 'duplicate');
-      if (bad) throw new Error(`push failed: ${JSON.stringify(bad)}`);
-      done += items.length;
-      if (performance.now() - lastReport > 10_000) {
-        lastReport = performance.now();
-        const s = (lastReport - started) / 1000;
-        console.log(`  ${done.toLocaleString('en-US')} pushed in ${s.toFixed(0)} s (${Math.round(done / s).toLocaleString('en-US')}/s)`);
-      }
-    }
-  }
-  await Promise.all(Array.from({ length: IN_FLIGHT }, (_, w) => worker(w)));
+  await pushMany(sidecar.socket, MESSAGES, (i) => ({ queue: QUEUE, partition: partitionName(i % PARTITIONS), payload: { i, at: 'big' } }), {
+    batch: BATCH,
+    inFlight: IN_FLIGHT,
+    clients: CLIENTS,
+    onProgress(done) {
+      if (performance.now() - lastReport < 10_000) return;
+      lastReport = performance.now();
+      const s = (lastReport - started) / 1000;
+      console.log(`  ${done.toLocaleString('en-US')} pushed in ${s.toFixed(0)} s (${Math.round(done / s).toLocaleString('en-US')}/s)`);
+    },
+  });
   const seconds = (performance.now() - started) / 1000;
   console.log(`filled: ${MESSAGES.toLocaleString('en-US')} messages in ${PARTITIONS.toLocaleString('en-US')} partitions in ${seconds.toFixed(1)} s (${Math.round(MESSAGES / seconds).toLocaleString('en-US')} messages/s)`);
   // two groups: one that read a little, one that read nothing yet
-  await clients[0].pop(QUEUE, { group: 'readers', batch: 100, autoAck: true });
-  await clients[0].pop(QUEUE, { group: 'auditors', batch: 1, autoAck: true });
-  await Promise.all(clients.map((c) => c.close()));
+  const client = await connect({ socket: sidecar.socket });
+  await client.pop(QUEUE, { group: 'readers', batch: 100, autoAck: true });
+  await client.pop(QUEUE, { group: 'auditors', batch: 1, autoAck: true });
+  await client.close();
 }
 
 async function timeApi(url, path, n = 5) {

@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { buildSidecar, startServe, stopProcess, waitHealthy } from '../../../clients/node/test/harness.js';
 
 export { connect, completed, failed } from '../../../clients/node/src/index.js';
+import { connect } from '../../../clients/node/src/index.js';
 
 /** A TCP port free on 127.0.0.1 now. */
 export async function freePort() {
@@ -113,3 +114,34 @@ export async function startSecondSidecar(main, { name = 'second', args = [] } = 
 }
 
 export const startReadOnlySidecar = (main) => startSecondSidecar(main, { name: 'readonly' });
+
+/**
+ * Pushes count messages, itemFor(i) the i-th, through the Node client in
+ * batches of `batch`, `inFlight` batches at once over `clients`
+ * connections; every item must be stored. onProgress(done) follows each
+ * batch.
+ */
+export async function pushMany(socket, count, itemFor, { batch = 2000, inFlight = 8, clients = 4, onProgress } = {}) {
+  const conns = await Promise.all(Array.from({ length: clients }, () => connect({ socket })));
+  let next = 0;
+  let done = 0;
+  async function worker(w) {
+    for (;;) {
+      const from = next;
+      if (from >= count) return;
+      next += batch;
+      const items = [];
+      for (let i = from; i < Math.min(from + batch, count); i++) items.push(itemFor(i));
+      const results = await conns[w % clients].push(items);
+      const bad = results.find((r) => r.status !== 'queued');
+      if (bad) throw new Error(`push failed: ${JSON.stringify(bad)}`);
+      done += items.length;
+      onProgress?.(done);
+    }
+  }
+  try {
+    await Promise.all(Array.from({ length: inFlight }, (_, w) => worker(w)));
+  } finally {
+    await Promise.all(conns.map((c) => c.close()));
+  }
+}

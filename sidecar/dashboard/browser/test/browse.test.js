@@ -7,7 +7,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
-import { completed, connect, startSidecar } from '../harness.js';
+import { completed, connect, pushMany, startSidecar } from '../harness.js';
 import { finishPage, launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
 
 const QUEUE = 'browse';
@@ -29,27 +29,12 @@ const ms = (t) => `${t.toFixed(0)} ms`;
 
 /** 1,000,000 messages into one partition, big batches, several in flight. */
 async function fill() {
-  const clients = await Promise.all(Array.from({ length: CLIENTS }, () => connect({ socket: sidecar.socket })));
-  let next = 0;
   const started = performance.now();
-  async function worker(w) {
-    for (;;) {
-      const from = next;
-      if (from >= MESSAGES) return;
-      next += BATCH;
-      const items = [];
-      for (let i = from; i < Math.min(from + BATCH, MESSAGES); i++) {
-        items.push({ queue: QUEUE, partition: PARTITION, transactionId: txid(i), traceId: `trace-${i}`, headers: { region: 'eu' }, payload: { i, sku: `sku-${i % 97}` } });
-      }
-      const results = await clients[w % CLIENTS].push(items);
-      const bad = results.find((r) => r.status !== 'queued');
-      if (bad) throw new Error(`push failed: ${JSON.stringify(bad)}`);
-    }
-  }
-  await Promise.all(Array.from({ length: IN_FLIGHT }, (_, w) => worker(w)));
+  await pushMany(sidecar.socket, MESSAGES, (i) => ({
+    queue: QUEUE, partition: PARTITION, transactionId: txid(i), traceId: `trace-${i}`, headers: { region: 'eu' }, payload: { i, sku: `sku-${i % 97}` },
+  }), { batch: BATCH, inFlight: IN_FLIGHT, clients: CLIENTS });
   const seconds = (performance.now() - started) / 1000;
   console.log(`# filled ${MESSAGES.toLocaleString('en-US')} messages into one partition in ${seconds.toFixed(1)} s (${Math.round(MESSAGES / seconds).toLocaleString('en-US')}/s; batches of ${BATCH}, ${IN_FLIGHT} in flight)`);
-  await Promise.all(clients.map((c) => c.close()));
 }
 
 before(async () => {
