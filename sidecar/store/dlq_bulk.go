@@ -200,22 +200,20 @@ func partitionOrder[T any](items []T, partition func(T) int64) []int64 {
 // no statement holds more rows locked). next is where the batch after
 // starts, nil when this one was the last.
 func (s *Store) DeleteDeadLetters(ctx context.Context, sel protocol.DLQSelection) (deleted int, next *int64, _ error) {
-	if !sel.ByFilter() {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM queenside.dead_letters WHERE id = ANY($1)`, sel.IDs)
-		if err != nil {
-			return 0, nil, fmt.Errorf("dlq delete: %w", err)
+	batch, args := `SELECT partition_id, id FROM queenside.dead_letters WHERE id = ANY($1)`, []any{sel.IDs}
+	if sel.ByFilter() {
+		if err := s.queueExists(ctx, sel.Queue); err != nil {
+			return 0, nil, err
 		}
-		return int(tag.RowsAffected()), nil, nil
+		batch = `SELECT partition_id, id FROM queenside.dead_letters
+			WHERE queue_name = $1 AND ` + dlqFilterSQL + ` AND id > $7 ORDER BY id LIMIT $8`
+		args = append(dlqFilterArgs(sel.DLQFilter), sel.AfterID, sel.Limit)
 	}
-	if err := s.queueExists(ctx, sel.Queue); err != nil {
-		return 0, nil, err
-	}
-	// The batch is read, then deleted by its keys: on Citus a statement
-	// that modifies several shards cannot also read them in a CTE.
+	// The batch is read, then deleted by its keys, its partitions naming
+	// the shards: on Citus a statement that modifies several shards can
+	// neither read them in a CTE nor go unpruned (R1).
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT partition_id, id FROM queenside.dead_letters
-			WHERE queue_name = $1 AND `+dlqFilterSQL+` AND id > $7 ORDER BY id LIMIT $8`,
-			append(dlqFilterArgs(sel.DLQFilter), sel.AfterID, sel.Limit)...)
+		rows, err := tx.Query(ctx, batch, args...)
 		if err != nil {
 			return err
 		}
@@ -230,7 +228,7 @@ func (s *Store) DeleteDeadLetters(ctx context.Context, sel protocol.DLQSelection
 		if len(ids) == 0 {
 			return nil
 		}
-		if len(ids) == sel.Limit { // a full batch: more may follow
+		if sel.ByFilter() && len(ids) == sel.Limit { // a full batch: more may follow
 			next = &ids[len(ids)-1]
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM queenside.dead_letters WHERE partition_id = ANY($1) AND id = ANY($2)`, pids, ids)
