@@ -7,13 +7,31 @@ LDFLAGS := -X github.com/queenside/queenside/sidecar.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help build run test generate deps test-go test-citus test-python test-node test-dashboard screenshots bench-dashboard lint fuzz bench soak verify clean
+.PHONY: help build image run test generate deps test-go test-citus test-python test-node test-dashboard screenshots bench-dashboard lint fuzz bench soak verify clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build the binary at bin/queenside
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./sidecar/cmd/queenside
+
+# The release image (sidecar/release.Dockerfile): FROM scratch, so building it
+# pulls nothing. Its context is staged under build/image/: the binary, static
+# (CGO_ENABLED=0) for a base with no libc, this machine's CA bundle (on Debian
+# the ca-certificates package) and an empty directory for the volumes' mount
+# points. IMAGE_LATEST= (empty) leaves queenside:latest alone.
+IMAGE        ?= queenside:$(VERSION)
+IMAGE_LATEST ?= queenside:latest
+IMAGE_DIR    := build/image
+CA_BUNDLE    ?= /etc/ssl/certs/ca-certificates.crt
+image: ## build the release image $(IMAGE), also tagged queenside:latest, with podman or docker; prints its size
+	@engine=$$(command -v podman || command -v docker) || { 		echo "make image needs podman or docker: apt-get install -y podman"; exit 1; }; 	test -s $(CA_BUNDLE) || { echo "make image: no CA bundle at $(CA_BUNDLE): apt-get install -y ca-certificates"; exit 1; }; 	rm -rf $(IMAGE_DIR) && mkdir -p $(IMAGE_DIR)/empty && \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(IMAGE_DIR)/queenside ./sidecar/cmd/queenside && \
+	cp $(CA_BUNDLE) $(IMAGE_DIR)/ca-certificates.crt && \
+	$$engine build --quiet -f sidecar/release.Dockerfile --build-arg VERSION=$(VERSION) \
+		-t $(IMAGE) $(if $(IMAGE_LATEST),-t $(IMAGE_LATEST)) $(IMAGE_DIR) >/dev/null && \
+	size=$$($$engine image inspect --format '{{.Size}}' $(IMAGE)) && \
+	echo "built $(IMAGE) with $$(basename $$engine): $$((size / 1048576)).$$((size % 1048576 * 10 / 1048576)) MiB"
 
 HTTP_ADDR ?= 127.0.0.1:8080
 run: build ## run a sidecar on ./.queenside/queenside.sock, with a throwaway PostgreSQL under ./.queenside/ and its dashboard on http://127.0.0.1:8080/ (HTTP_ADDR=)
@@ -38,6 +56,8 @@ deps: ## install what the tests need and this machine lacks (as root, with apt),
 	{ command -v pgbouncer || test -x /usr/sbin/pgbouncer; } >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
 	command -v pg_autoctl >/dev/null 2>&1 || missing="$$missing postgresql-15-auto-failover"; \
 	command -v $(CHROMIUM) >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v podman >/dev/null 2>&1 || missing="$$missing podman"; \
+	test -s /etc/ssl/certs/ca-certificates.crt || missing="$$missing ca-certificates"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "make: installing$$missing"; \
@@ -103,4 +123,4 @@ verify: build ## check exactly-once, in-order delivery through 4 stages for 10 m
 	./$(BIN) verify $(VERIFY_FLAGS)
 
 clean: ## remove build output (not ./.queenside, which holds the dev database)
-	rm -rf bin
+	rm -rf bin build
