@@ -5,14 +5,12 @@
 package examples
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,104 +22,6 @@ import (
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-type probe struct {
-	HTTPGet struct {
-		Path string `yaml:"path"`
-	} `yaml:"httpGet"`
-}
-
-type container struct {
-	Name          string   `yaml:"name"`
-	Image         string   `yaml:"image"`
-	RestartPolicy string   `yaml:"restartPolicy"`
-	Args          []string `yaml:"args"`
-	Env           []struct {
-		Name string `yaml:"name"`
-	} `yaml:"env"`
-	VolumeMounts []struct {
-		Name      string `yaml:"name"`
-		MountPath string `yaml:"mountPath"`
-	} `yaml:"volumeMounts"`
-	StartupProbe   *probe `yaml:"startupProbe"`
-	ReadinessProbe *probe `yaml:"readinessProbe"`
-	LivenessProbe  *probe `yaml:"livenessProbe"`
-}
-
-type statefulSet struct {
-	Kind string `yaml:"kind"`
-	Spec struct {
-		Template struct {
-			Spec struct {
-				TerminationGracePeriodSeconds int         `yaml:"terminationGracePeriodSeconds"`
-				InitContainers                []container `yaml:"initContainers"`
-				Containers                    []container `yaml:"containers"`
-				Volumes                       []struct {
-					Name     string    `yaml:"name"`
-					EmptyDir *struct{} `yaml:"emptyDir"`
-				} `yaml:"volumes"`
-			} `yaml:"spec"`
-		} `yaml:"template"`
-		VolumeClaimTemplates []struct {
-			Metadata struct {
-				Name string `yaml:"name"`
-			} `yaml:"metadata"`
-		} `yaml:"volumeClaimTemplates"`
-	} `yaml:"spec"`
-}
-
-func TestKubernetesPodRunsQueensideAsANativeSidecar(t *testing.T) {
-	var ss statefulSet
-	readYAML(t, "kubernetes/queenside.yaml", &ss)
-	pod := ss.Spec.Template.Spec
-	if ss.Kind != "StatefulSet" || len(pod.InitContainers) != 1 || len(pod.Containers) != 1 {
-		t.Fatalf("want a StatefulSet with one native sidecar and one app: %+v", ss)
-	}
-	q, app := pod.InitContainers[0], pod.Containers[0]
-	if q.RestartPolicy != "Always" {
-		t.Fatalf("the sidecar's restartPolicy is %q: a native sidecar needs Always", q.RestartPolicy)
-	}
-	if q.ReadinessProbe == nil || q.ReadinessProbe.HTTPGet.Path != "/health" ||
-		q.LivenessProbe == nil || q.LivenessProbe.HTTPGet.Path != "/live" ||
-		q.StartupProbe == nil || q.StartupProbe.HTTPGet.Path != "/live" {
-		t.Fatalf("probes: readiness must be /health, liveness and startup /live: %+v %+v %+v", q.ReadinessProbe, q.LivenessProbe, q.StartupProbe)
-	}
-	if grace := flagDuration(t, q.Args, "--shutdown-grace"); time.Duration(pod.TerminationGracePeriodSeconds)*time.Second <= grace {
-		t.Fatalf("terminationGracePeriodSeconds %d is not above --shutdown-grace %v", pod.TerminationGracePeriodSeconds, grace)
-	}
-	socketDir := filepath.Dir(flagValue(t, q.Args, "--socket"))
-	if mountOf(q, "socket") != socketDir || mountOf(app, "socket") != socketDir {
-		t.Fatalf("the socket volume must be mounted at %s in both containers", socketDir)
-	}
-	emptyDir := false
-	for _, v := range pod.Volumes {
-		emptyDir = emptyDir || (v.Name == "socket" && v.EmptyDir != nil)
-	}
-	if !emptyDir {
-		t.Fatal("the socket is not on an emptyDir")
-	}
-	if len(ss.Spec.VolumeClaimTemplates) != 1 || ss.Spec.VolumeClaimTemplates[0].Metadata.Name != "spool" ||
-		mountOf(q, "spool") != flagValue(t, q.Args, "--spool-dir") {
-		t.Fatal("the spool is not on a volume of its own mounted at --spool-dir")
-	}
-	env := map[string]bool{}
-	for _, e := range q.Env {
-		env[e.Name] = true
-	}
-	if !env["QUEENSIDE_DATABASE_URL"] {
-		t.Fatal("the sidecar gets no database URL")
-	}
-	runOutsideAContainer(t, q.Args, true)
-}
-
-func mountOf(c container, volume string) string {
-	for _, m := range c.VolumeMounts {
-		if m.Name == volume {
-			return m.MountPath
-		}
-	}
-	return ""
-}
 
 type composeFile struct {
 	Services map[string]struct {
@@ -147,8 +47,10 @@ func TestComposeSetupSharesTheSocketAndKeepsTheSpool(t *testing.T) {
 	if !ok || cf.Services["postgres"].Healthcheck == nil {
 		t.Fatalf("services: %v", cf.Services)
 	}
-	if test := fmt.Sprint(q.Healthcheck["test"]); !strings.Contains(test, "/health") {
-		t.Fatalf("the sidecar's healthcheck does not probe /health: %s", test)
+	healthcheck := composeHealthcheck(t, q.Healthcheck)
+	if healthcheck[0] != dockerfileConfig(t, releaseDockerfile).Entrypoint[0] || healthcheck[1] != "health" ||
+		flagValue(t, healthcheck, "--socket") != flagValue(t, q.Command, "--socket") {
+		t.Fatalf("the sidecar's healthcheck must be the image's binary asking `health` on the socket it serves: %v", healthcheck)
 	}
 	if grace, err := time.ParseDuration(q.StopGracePeriod); err != nil || grace <= flagDuration(t, q.Command, "--shutdown-grace") {
 		t.Fatalf("stop_grace_period %q is not above --shutdown-grace", q.StopGracePeriod)
@@ -185,29 +87,44 @@ func TestComposeSetupSharesTheSocketAndKeepsTheSpool(t *testing.T) {
 			}
 		}
 	}
-	runOutsideAContainer(t, q.Command, false)
+	runComposeSidecar(t, buildSidecar(t))
 }
 
-func TestDockerfileCommandRuns(t *testing.T) {
-	runOutsideAContainer(t, dockerCMD(t, "../sidecar/Dockerfile"), true)
-}
-
-// dockerCMD reads a Dockerfile's CMD, which must be in JSON form.
-func dockerCMD(t *testing.T, path string) []string {
+// runComposeSidecar runs binary as compose runs the sidecar, and while it
+// serves, runs its healthcheck with the same binary: it must pass.
+func runComposeSidecar(t *testing.T, binary string) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^CMD (\[.*\])$`).FindSubmatch(b)
-	if m == nil {
-		t.Fatalf("no CMD in %s", path)
+	var cf composeFile
+	readYAML(t, "docker-compose.yml", &cf)
+	q := cf.Services["queenside"]
+	healthcheck := composeHealthcheck(t, q.Healthcheck)
+	runSidecar(t, binary, q.Command, false, func(socket string) {
+		args := replaceFlags(healthcheck[1:], map[string]string{"--socket": socket})
+		if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
+			t.Fatalf("the healthcheck %v failed on a healthy sidecar: %v\n%s", args, err, out)
+		}
+	})
+}
+
+// composeHealthcheck is a healthcheck's command, which must be in exec form
+// ("CMD", then the arguments): the image has no shell for CMD-SHELL.
+func composeHealthcheck(t *testing.T, hc map[string]any) []string {
+	t.Helper()
+	test, _ := hc["test"].([]any)
+	if len(test) < 3 || test[0] != "CMD" {
+		t.Fatalf("the healthcheck is not [\"CMD\", binary, args...]: %v", hc["test"])
 	}
 	var args []string
-	if err := json.Unmarshal(m[1], &args); err != nil || len(args) == 0 {
-		t.Fatalf("%s: CMD is not a JSON array: %v", path, err)
+	for _, a := range test[1:] {
+		args = append(args, fmt.Sprint(a))
 	}
 	return args
+}
+
+// The image's command, as its Dockerfile gives it, serves against a real
+// PostgreSQL (examples/image_test.go runs it again from inside the image).
+func TestDockerfileCommandRuns(t *testing.T) {
+	runOutsideAContainer(t, dockerCMD(t, releaseDockerfile), true)
 }
 
 func hasVolume(vs []string, want string) bool {
@@ -255,31 +172,28 @@ func flagDuration(t *testing.T, args []string, name string) time.Duration {
 	return d
 }
 
-// runOutsideAContainer runs the sidecar with exactly the given arguments,
-// except that paths, addresses and the database point at this machine:
-// it must come up, answer /live and /health, and drain on SIGTERM.
+// runOutsideAContainer runs the sidecar built from this checkout with exactly
+// the given arguments, except that paths, addresses and the database point at
+// this machine: it must come up, answer /live and /health, and drain on
+// SIGTERM.
 func runOutsideAContainer(t *testing.T, args []string, urlFromEnv bool) {
+	t.Helper()
+	runSidecar(t, buildSidecar(t), args, urlFromEnv, nil)
+}
+
+// runSidecar runs binary as runOutsideAContainer describes; while it serves
+// (healthy), while gets the socket's path.
+func runSidecar(t *testing.T, binary string, args []string, urlFromEnv bool, while func(socket string)) {
 	t.Helper()
 	dir := shortDir(t)
 	addr := freeAddr(t)
 	dbURL := pgtest.NewDatabase(t)
-	replace := map[string]string{
-		"--socket": filepath.Join(dir, "qs.sock"), "--spool-dir": filepath.Join(dir, "spool"),
+	socket := filepath.Join(dir, "qs.sock")
+	run := replaceFlags(args, map[string]string{
+		"--socket": socket, "--spool-dir": filepath.Join(dir, "spool"),
 		"--http-addr": addr, "--database-url": dbURL,
-	}
-	var run []string
-	for i := 0; i < len(args); i++ {
-		name, _, hasValue := strings.Cut(args[i], "=")
-		if v, ok := replace[name]; ok {
-			run = append(run, name+"="+v)
-			if !hasValue {
-				i++ // the value was the next argument
-			}
-			continue
-		}
-		run = append(run, args[i])
-	}
-	cmd := exec.Command(buildSidecar(t), run...)
+	})
+	cmd := exec.Command(binary, run...)
 	cmd.Env = os.Environ()
 	if urlFromEnv {
 		cmd.Env = append(cmd.Env, "QUEENSIDE_DATABASE_URL="+dbURL)
@@ -311,6 +225,17 @@ func runOutsideAContainer(t *testing.T, args []string, urlFromEnv bool) {
 	if got := get(addr, "/live"); got != http.StatusOK {
 		t.Fatalf("/live: %d", got)
 	}
+	if while != nil {
+		func() {
+			// A t.Fatal in while must not leave the sidecar running.
+			defer func() {
+				if t.Failed() {
+					cmd.Process.Kill() //nolint:errcheck
+				}
+			}()
+			while(socket)
+		}()
+	}
 	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 	select {
 	case err := <-exited:
@@ -321,6 +246,24 @@ func runOutsideAContainer(t *testing.T, args []string, urlFromEnv bool) {
 		cmd.Process.Kill() //nolint:errcheck
 		t.Fatal("no exit within 30 s of SIGTERM")
 	}
+}
+
+// replaceFlags gives the named flags new values, whether they were written
+// --name=value or --name value; other arguments are kept as they are.
+func replaceFlags(args []string, replace map[string]string) []string {
+	var run []string
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(args[i], "=")
+		if v, ok := replace[name]; ok {
+			run = append(run, name+"="+v)
+			if !hasValue {
+				i++ // the value was the next argument
+			}
+			continue
+		}
+		run = append(run, args[i])
+	}
+	return run
 }
 
 func get(addr, path string) int {
