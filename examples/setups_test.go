@@ -216,6 +216,11 @@ func runSidecar(t *testing.T, binary string, args []string, urlFromEnv bool, whi
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for get(addr, "/health") != http.StatusOK {
+		select {
+		case err := <-exited:
+			t.Fatalf("the sidecar run as %v exited before it was healthy: %v", run, err)
+		default:
+		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill() //nolint:errcheck
 			t.Fatalf("the sidecar run as %v never answered /health 200", run)

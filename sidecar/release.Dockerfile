@@ -14,7 +14,10 @@ LABEL org.opencontainers.image.title="queenside" \
 COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY queenside /usr/local/bin/queenside
 # scratch has no RUN: the volumes' mount points are an empty directory
-# copied in, owned by the user the sidecar runs as.
+# copied in, owned by the user the sidecar runs as; their parents first, so
+# that COPY --chown does not create them owned by that user too.
+COPY empty/ /run/
+COPY empty/ /var/lib/queenside/
 COPY --chown=10001:10001 empty/ /run/queenside/
 COPY --chown=10001:10001 empty/ /var/lib/queenside/spool/
 # Numeric: scratch has no /etc/passwd to look a name up in.
