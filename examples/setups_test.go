@@ -1,7 +1,8 @@
 // Package examples checks the dev and deployment setups that cannot run
-// here (no container engine, no cluster): their files parse, they hold what
-// a pod needs, and the commands they give the sidecar work outside a
-// container, against a real PostgreSQL.
+// here (no container can be started, no cluster runs): their files parse,
+// they hold what a pod needs, and the commands they give the sidecar work
+// outside a container, against a real PostgreSQL, also with the binary
+// taken out of the built image (image_test.go).
 package examples
 
 import (
