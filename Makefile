@@ -25,7 +25,10 @@ IMAGE_LATEST ?= queenside:latest
 IMAGE_DIR    := build/image
 CA_BUNDLE    ?= /etc/ssl/certs/ca-certificates.crt
 image: ## build the release image queenside:<version> and queenside:latest FROM scratch, with podman or docker (IMAGE=, IMAGE_LATEST=); prints its size
-	@engine=$$(command -v podman || command -v docker) || { 		echo "make image needs podman or docker: apt-get install -y podman"; exit 1; }; 	test -s $(CA_BUNDLE) || { echo "make image: no CA bundle at $(CA_BUNDLE): apt-get install -y ca-certificates"; exit 1; }; 	rm -rf $(IMAGE_DIR) && mkdir -p $(IMAGE_DIR)/empty && \
+	@engine=$$(command -v podman || command -v docker) || { \
+		echo "make image needs podman or docker: apt-get install -y podman"; exit 1; }; \
+	test -s $(CA_BUNDLE) || { echo "make image: no CA bundle at $(CA_BUNDLE): apt-get install -y ca-certificates"; exit 1; }; \
+	rm -rf $(IMAGE_DIR) && mkdir -p $(IMAGE_DIR)/empty && \
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(IMAGE_DIR)/queenside ./sidecar/cmd/queenside && \
 	cp $(CA_BUNDLE) $(IMAGE_DIR)/ca-certificates.crt && \
 	$$engine build --quiet -f sidecar/release.Dockerfile --build-arg VERSION=$(VERSION) \
