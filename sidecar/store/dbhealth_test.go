@@ -112,14 +112,19 @@ func TestDatabaseHealthOnAPrimaryAndItsStandby(t *testing.T) {
 	onPrimary, onStandby := open(primary.URL("postgres")), open(standby.URL("postgres"))
 	for _, sql := range []string{
 		"SELECT pg_create_physical_replication_slot('left_behind', true)",
-		"CREATE TABLE written (n int)", "INSERT INTO written VALUES (1)",
+		"CREATE TABLE written AS SELECT 1 AS n",
 	} {
 		if _, err := onPrimary.pool.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// until the standby streams and has replayed the insert
+	// until the standby streams, has replayed the table and has told the
+	// primary so (replay_lsn is NULL until its first status reply)
 	for {
+		var replayed bool
+		if err := onStandby.pool.QueryRow(ctx, "SELECT to_regclass('written') IS NOT NULL").Scan(&replayed); err != nil {
+			t.Fatal(err)
+		}
 		p, err := onPrimary.DatabaseHealth(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -128,8 +133,9 @@ func TestDatabaseHealthOnAPrimaryAndItsStandby(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p.Standbys) == 1 && p.Standbys[0].State == "streaming" && s.Replay != nil && s.Replay.LastReplayAt != nil && s.Replay.CaughtUp {
-			if p.InRecovery || p.Replay != nil || p.Standbys[0].Application != "replica" || p.Standbys[0].ReplayLagBytes == nil {
+		if len(p.Standbys) == 1 && p.Standbys[0].State == "streaming" && p.Standbys[0].ReplayLagBytes != nil &&
+			replayed && s.Replay != nil && s.Replay.LastReplayAt != nil && s.Replay.CaughtUp {
+			if p.InRecovery || p.Replay != nil || p.Standbys[0].Application != "replica" {
 				t.Fatalf("on the primary: %+v", p)
 			}
 			if len(p.ReplicationSlots) != 1 || p.ReplicationSlots[0].Slot != "left_behind" || p.ReplicationSlots[0].Active ||
