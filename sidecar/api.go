@@ -302,7 +302,7 @@ func (s *Server) apiCluster(w http.ResponseWriter, r *http.Request) {
 		db["error"] = health.Database.Error
 	}
 	res := map[string]any{"at": time.Now().UTC(), "database": db, "health": health,
-		"sidecarId": s.id, "sidecars": []any{}}
+		"sidecarId": s.id, "sidecars": []any{}, "popped": s.metrics.popped.Load()}
 	if m := s.control.maintenance(); m != nil {
 		res["maintenance"] = m
 	}

@@ -31,7 +31,7 @@ func (s *Server) startHistory() {
 func (s *Server) readHistory(ctx context.Context) history.Sample {
 	gap := math.NaN()
 	// Without a spool its records are 0, as /api/spool says.
-	smp := history.Sample{Pushed: gap, Consumed: gap, DatabaseLatencyMs: gap}
+	smp := history.Sample{Pushed: gap, Consumed: gap, DatabaseLatencyMs: gap, Popped: float64(s.metrics.popped.Load())}
 	if s.buffer != nil {
 		smp.SpoolRecords = float64(s.buffer.Stats().Records)
 	}

@@ -1,7 +1,10 @@
 package sidecar
 
 import (
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +29,21 @@ func historyUntil(t *testing.T, srv *httptest.Server, query string, ok func(h ma
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// getBody is url's body, after a 200.
+func getBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 func series(v any) []any { s, _ := v.([]any); return s }
@@ -100,14 +118,23 @@ func TestHistoryAPIServesSamplesThatFollowTheTraffic(t *testing.T) {
 		more = append(more, item(t, "orders", "eu", "", i))
 	}
 	mustPush(t, c, more...)
-	ack(10) // g: 14 consumed of 50, lag 36
+	// g: 14 consumed of 50, lag 36; the ack carries a pop that leases 3
+	// more, so this sidecar has popped 17.
+	res := mustPop(t, c, protocol.PopArgs{Queue: "orders", Partition: "eu", Group: "g", Batch: 10})
+	var acks []protocol.AckItem
+	for _, m := range res.Messages {
+		acks = append(acks, queenside.Completed(m))
+	}
+	if r, err := c.AckAndPop(testContext(t), protocol.PopArgs{Queue: "orders", Partition: "eu", Group: "g", Batch: 3}, acks...); err != nil || r.Pop == nil || len(r.Pop.Messages) != 3 {
+		t.Fatalf("ack carrying a pop: %v %+v", err, r)
+	}
 	h = historyUntil(t, srv, "?queue=orders", func(h map[string]any) bool {
 		lag := groupLag(h, "g")
-		return len(lag) > 0 && num(lag[len(lag)-1]) == 36
+		return len(lag) > 0 && num(lag[len(lag)-1]) == 36 && num(last(h["popped"])) == 17
 	})
-	at, pushed, lag := series(h["at"]), series(h["pushed"]), groupLag(h, "g")
-	if len(at) != len(pushed) || len(at) != len(lag) || len(at) < 2 {
-		t.Fatalf("series of unequal lengths: %d times, %d pushed, %d lag", len(at), len(pushed), len(lag))
+	at, pushed, popped, lag := series(h["at"]), series(h["pushed"]), series(h["popped"]), groupLag(h, "g")
+	if len(at) != len(pushed) || len(at) != len(popped) || len(at) != len(lag) || len(at) < 2 {
+		t.Fatalf("series of unequal lengths: %d times, %d pushed, %d popped, %d lag", len(at), len(pushed), len(popped), len(lag))
 	}
 	before, after := -1, -1
 	for i := range at {
@@ -119,17 +146,25 @@ func TestHistoryAPIServesSamplesThatFollowTheTraffic(t *testing.T) {
 			}
 		}
 		switch {
-		case num(pushed[i]) == 32 && num(lag[i]) == 26:
+		case num(pushed[i]) == 32 && num(lag[i]) == 26 && num(popped[i]) == 4:
 			before = i
-		case num(pushed[i]) == 52 && num(lag[i]) == 36:
+		case num(pushed[i]) == 52 && num(lag[i]) == 36 && num(popped[i]) == 17:
 			after = i
 		}
 	}
 	if before < 0 || after < 0 || before > after {
-		t.Fatalf("want a sample of the first traffic before one of the second: pushed %v, lag %v", pushed, lag)
+		t.Fatalf("want a sample of the first traffic before one of the second: pushed %v, popped %v, lag %v", pushed, popped, lag)
 	}
 	if num(last(h["consumed"])) != 14 {
 		t.Fatalf("consumed: %v", h["consumed"])
+	}
+	// The live figures the cluster page and /metrics give agree.
+	if _, cl := apiCall(t, srv, "GET", "/api/cluster", "", nil); num(cl["popped"]) != 17 {
+		t.Fatalf("/api/cluster popped: %v", cl["popped"])
+	}
+	if body := getBody(t, srv.URL+"/metrics"); !strings.Contains(body, "\nqueenside_messages_popped_total 17\n") ||
+		!strings.Contains(body, "\nqueenside_leases_granted_total 3\n") {
+		t.Fatalf("/metrics after 17 messages popped under 3 leases:\n%s", body)
 	}
 
 	// A queue that is not kept has no series; a bad name is refused.

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,9 @@ type metrics struct {
 	// order: a push adds to each status once per request, not per item.
 	byStatus [len(pushStatuses)]prometheus.Counter
 	leases   prometheus.Counter
+	// popped counts the messages this sidecar's pops delivered, those of
+	// acks carrying a pop included; the dashboard charts it too.
+	popped atomic.Uint64
 }
 
 func newMetrics(s *Server) *metrics {
@@ -34,7 +38,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "queenside_push_items_total", Help: "Push items answered, by status: queued, duplicate, buffered, failed.",
 		}, []string{"status"}),
 		leases: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "queenside_leases_granted_total", Help: "Partition leases granted by pops without autoAck.",
+			Name: "queenside_leases_granted_total", Help: "Partition leases granted by pops without autoAck, those of acks carrying a pop included.",
 		}),
 	}
 	for name := range s.ops {
@@ -50,6 +54,8 @@ func newMetrics(s *Server) *metrics {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
 	}
 	m.registry.MustRegister(m.requests, m.pushItems, m.leases,
+		counter("queenside_messages_popped_total", "Messages delivered by pops (leased or auto-acked), those of acks carrying a pop included.",
+			func() float64 { return float64(m.popped.Load()) }),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 		gauge("queenside_database_up", "1 while PostgreSQL answered the last attempt and the schema is migrated.", func() float64 {
 			up := s.ready.Load() && (s.buffer == nil || s.buffer.Stats().DatabaseUp)
@@ -118,8 +124,18 @@ func (m *metrics) served(op string, perr *protocol.Error, res any) {
 			}
 		}
 	case protocol.PopResult:
-		m.leases.Add(float64(len(r.Leases)))
+		m.poppedBy(r)
+	case protocol.AckResult:
+		if r.Pop != nil {
+			m.poppedBy(*r.Pop)
+		}
 	}
+}
+
+// poppedBy counts what one pop delivered.
+func (m *metrics) poppedBy(r protocol.PopResult) {
+	m.leases.Add(float64(len(r.Leases)))
+	m.popped.Add(uint64(len(r.Messages)))
 }
 
 // pushStatuses are the statuses of push items, as counted.

@@ -23,17 +23,19 @@ const (
 	MaxGroups = 10
 )
 
-// ValueBytes bounds the memory of the values kept: the four lines of every
+// ValueBytes bounds the memory of the values kept: the five lines of every
 // sample, and MaxQueues queues of two lines and MaxGroups lines of lag
 // each. Names (at most 200 bytes each) and map overhead come on top.
-const ValueBytes = (4 + MaxQueues*(2+MaxGroups)) * Capacity * 8
+const ValueBytes = (5 + MaxQueues*(2+MaxGroups)) * Capacity * 8
 
 // Sample is one reading of what the charts show. NaN is a gap: a figure
 // that was not read (the database did not answer).
 type Sample struct {
 	At time.Time
 	// Pushed and Consumed are the counters of every queue, summed.
-	Pushed, Consumed  float64
+	Pushed, Consumed float64
+	// Popped counts the messages this sidecar's pops delivered.
+	Popped            float64
 	DatabaseLatencyMs float64
 	SpoolRecords      float64
 	// Queues in the order they are wanted: while there is room, the first
@@ -87,13 +89,13 @@ type History struct {
 	times [Capacity]time.Time
 	n     int // samples recorded since the start; the next goes to n % Capacity
 
-	pushed, consumed, latency, spool *line
-	queues                           map[string]*queueLines
+	pushed, consumed, popped, latency, spool *line
+	queues                                   map[string]*queueLines
 }
 
 // New returns an empty history sampled every interval.
 func New(interval time.Duration) *History {
-	return &History{interval: interval, pushed: newLine(), consumed: newLine(), latency: newLine(), spool: newLine(),
+	return &History{interval: interval, pushed: newLine(), consumed: newLine(), popped: newLine(), latency: newLine(), spool: newLine(),
 		queues: make(map[string]*queueLines)}
 }
 
@@ -106,7 +108,8 @@ func (h *History) Record(s Sample) {
 	defer h.mu.Unlock()
 	i := h.n % Capacity
 	h.times[i] = s.At.UTC()
-	h.pushed[i], h.consumed[i], h.latency[i], h.spool[i] = s.Pushed, s.Consumed, s.DatabaseLatencyMs, s.SpoolRecords
+	h.pushed[i], h.consumed[i], h.popped[i] = s.Pushed, s.Consumed, s.Popped
+	h.latency[i], h.spool[i] = s.DatabaseLatencyMs, s.SpoolRecords
 	for name, q := range h.queues {
 		if h.n-q.seen >= Capacity {
 			delete(h.queues, name)
@@ -156,6 +159,7 @@ type Snapshot struct {
 	At                []time.Time    `json:"at"`
 	Pushed            Series         `json:"pushed"`
 	Consumed          Series         `json:"consumed"`
+	Popped            Series         `json:"popped"`
 	DatabaseLatencyMs Series         `json:"databaseLatencyMs"`
 	SpoolRecords      Series         `json:"spoolRecords"`
 	Queue             *QueueSnapshot `json:"queue"`
@@ -193,7 +197,7 @@ func (h *History) Snapshot(queue string) Snapshot {
 		}
 		return s
 	}
-	out.Pushed, out.Consumed = ordered(h.pushed), ordered(h.consumed)
+	out.Pushed, out.Consumed, out.Popped = ordered(h.pushed), ordered(h.consumed), ordered(h.popped)
 	out.DatabaseLatencyMs, out.SpoolRecords = ordered(h.latency), ordered(h.spool)
 	if q := h.queues[queue]; q != nil {
 		qs := &QueueSnapshot{Queue: queue, Pushed: ordered(q.pushed), Consumed: ordered(q.consumed), Groups: []GroupSnapshot{}}

@@ -15,9 +15,9 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 func at(k int) time.Time { return t0.Add(time.Duration(k) * DefaultInterval) }
 
 // manyQueues is a sample of n queues of g groups each, queue i having
-// pushed i and its groups lag i*100+j.
+// pushed i and its groups lag i*100+j; sample k popped 2k.
 func manyQueues(k, n, g int) Sample {
-	s := Sample{At: at(k), Pushed: float64(k), Consumed: math.NaN(), DatabaseLatencyMs: 1.5, SpoolRecords: math.NaN()}
+	s := Sample{At: at(k), Pushed: float64(k), Consumed: math.NaN(), Popped: float64(2 * k), DatabaseLatencyMs: 1.5, SpoolRecords: math.NaN()}
 	for i := range n {
 		q := Queue{Name: fmt.Sprintf("q-%04d", i), Pushed: float64(i), Consumed: float64(k)}
 		for j := range g {
@@ -50,8 +50,8 @@ func TestHistoryKeepsTheLastCapacitySamplesOldestFirst(t *testing.T) {
 	}
 	for k := range Capacity {
 		want := 37 + k
-		if !s.At[k].Equal(at(want)) || s.Pushed[k] != float64(want) || s.Queue.Consumed[k] != float64(want) {
-			t.Fatalf("value %d: at %v pushed %v consumed %v; want sample %d", k, s.At[k], s.Pushed[k], s.Queue.Consumed[k], want)
+		if !s.At[k].Equal(at(want)) || s.Pushed[k] != float64(want) || s.Popped[k] != float64(2*want) || s.Queue.Consumed[k] != float64(want) {
+			t.Fatalf("value %d: at %v pushed %v popped %v consumed %v; want sample %d", k, s.At[k], s.Pushed[k], s.Popped[k], s.Queue.Consumed[k], want)
 		}
 	}
 	if s.IntervalMs != 5000 || s.Capacity != Capacity {

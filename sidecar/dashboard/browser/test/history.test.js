@@ -121,6 +121,13 @@ test('the cluster page draws the database round trip from the history, then live
   await finish(page);
 });
 
+test('the cluster page draws the messages this sidecar popped from the history, then live', async () => {
+  const { page, first } = await openChart('/cluster', '#popped-chart');
+  assert.match(await text(page, '#popped-chart .u-legend'), /popped\/s/);
+  await goesOnLive(page, '#popped-chart', first);
+  await finish(page);
+});
+
 test('the spool page draws the spooled records from the history, then live', async () => {
   const { page, first } = await openChart('/spool', '#spool-chart');
   await goesOnLive(page, '#spool-chart', first);

@@ -1,11 +1,12 @@
 // The cluster: the sidecars connected to the database, the database's
-// health and latency, this sidecar's health, and maintenance when the
-// sidecar reports it, with the controls to turn it on and off.
+// health and latency, this sidecar's health and pops, and maintenance when
+// the sidecar reports it, with the controls to turn it on and off.
 import { api } from '../api.js';
 import { h, num, time, ago, bytes, duration, stat, writeError } from '../dom.js';
 import { LiveChart } from '../chart.js';
 import { confirmAction } from '../confirm.js';
 import { loadHistory, readings } from '../history.js';
+import { Rates, seriesRates } from './rates.js';
 
 // What each kind of maintenance does, in the words the card and the
 // confirmation use.
@@ -26,6 +27,8 @@ export function create(ctx) {
   const health = h('dl', { class: 'kv', id: 'cluster-health' });
   const database = h('dl', { class: 'kv', id: 'cluster-database' });
   const chartBox = h('div', { class: 'chart', id: 'latency-chart' });
+  const poppedBox = h('div', { class: 'chart', id: 'popped-chart' });
+  const poppedRate = new Rates();
   const tbody = h('tbody');
   const table = h('table', { id: 'sidecars-table', class: 'data' },
     h('caption', { class: 'sr-only' }, 'Sidecars connected to the database'),
@@ -47,8 +50,12 @@ export function create(ctx) {
       h('section', { class: 'card', 'aria-labelledby': 'health-title' }, h('h2', { id: 'health-title' }, 'This sidecar'), health)),
     h('section', { class: 'card', 'aria-labelledby': 'latency-title' },
       h('h2', { id: 'latency-title' }, 'Database round trip (ms)'),
-      chartBox));
+      chartBox),
+    h('section', { class: 'card', 'aria-labelledby': 'popped-title' },
+      h('h2', { id: 'popped-title' }, 'Messages popped per second by this sidecar'),
+      poppedBox));
   let chart = null;
+  let poppedChart = null;
 
   function kv(pairs) {
     return pairs.filter(Boolean).flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]);
@@ -148,7 +155,7 @@ export function create(ctx) {
 
   async function refresh() {
     const writes = maintWrites;
-    // the latency chart starts from the served history, read once with the first reading
+    // the charts start from the served history, read once with the first reading
     const [c, hist] = await Promise.all([api('cluster'), chart ? null : loadHistory()]);
     if (!ctx.live()) return;
     const db = c.database || {};
@@ -183,11 +190,17 @@ export function create(ctx) {
       chart.addAll(readings(hist.t, [['round trip', hist.databaseLatencyMs]]));
     }
     chart.add(Date.parse(c.at) / 1000, new Map([['round trip', db.latencyMs ?? null]]));
+    if (!poppedChart) {
+      poppedChart = new LiveChart(poppedBox, { label: 'Messages popped per second by this sidecar', unit: '/s' });
+      poppedChart.addAll(readings(hist.t, [['popped/s', seriesRates(hist.at, hist.popped)]]));
+    }
+    poppedChart.add(Date.parse(c.at) / 1000, new Map([['popped/s', poppedRate.update('', c.at, c.popped)]]));
     el.dataset.ready = 'true';
   }
 
   // this page reads the maintenance state itself: the header need not
-  return { el, title: 'Cluster', refresh, readsMaintenance: true, destroy: () => chart && chart.destroy() };
+  const destroy = () => [chart, poppedChart].forEach((c) => c && c.destroy());
+  return { el, title: 'Cluster', refresh, readsMaintenance: true, destroy };
 }
 
 function statusText(s) {
