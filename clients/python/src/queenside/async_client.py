@@ -298,9 +298,7 @@ class AsyncClient:
         after_id: Optional[int] = None
         while True:
             batch = await self.dlq_replay_batch(filter, after_id=after_id, include_replayed=include_replayed, timeout=timeout)
-            total.replayed += batch.replayed
-            total.skipped += batch.skipped
-            total.failed += batch.failed
+            total.add(batch)
             if on_progress is not None:
                 on_progress(batch)
             if batch.next_after_id is None:

@@ -320,9 +320,7 @@ class Client:
         after_id: Optional[int] = None
         while True:
             batch = self.dlq_replay_batch(filter, after_id=after_id, include_replayed=include_replayed, timeout=timeout)
-            total.replayed += batch.replayed
-            total.skipped += batch.skipped
-            total.failed += batch.failed
+            total.add(batch)
             if on_progress is not None:
                 on_progress(batch)
             if batch.next_after_id is None:

@@ -59,6 +59,12 @@ class DLQReplayReply:
             next_after_id=d.get("nextAfterId"),
         )
 
+    def add(self, batch: "DLQReplayReply") -> None:
+        """Adds a batch's counts to these sums."""
+        self.replayed += batch.replayed
+        self.skipped += batch.skipped
+        self.failed += batch.failed
+
 
 @dataclass
 class DLQDeleteReply:

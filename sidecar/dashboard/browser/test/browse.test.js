@@ -7,8 +7,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
-import { completed, connect, pushMany, startSidecar } from '../harness.js';
-import { finishPage, launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
+import { completed, pushMany } from '../harness.js';
+import { finishPage, openPage, text, waitValue } from '../browser.js';
+import { closeSuite, openSuite } from '../suite.js';
 
 const QUEUE = 'browse';
 const PARTITION = 'orders/eu';
@@ -38,18 +39,12 @@ async function fill() {
 }
 
 before(async () => {
-  sidecar = await startSidecar();
-  client = await connect({ socket: sidecar.socket });
+  ({ sidecar, client, browser, shots } = await openSuite());
   await fill();
-  browser = await launch();
-  shots = screenshotDir();
 });
 
 after(async () => {
-  if (browser) await browser.close();
-  if (client) await client.close();
-  if (sidecar) await sidecar.stop();
-  if (shots) console.log(`# screenshots in ${shots}`);
+  await closeSuite({ sidecar, client, browser, shots });
 });
 
 const finish = (page, shot) => finishPage(page, shots, shot);

@@ -7,8 +7,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { completed, connect, failed, startReadOnlySidecar, startSidecar, uniqueQueue } from '../harness.js';
-import { finishPage, launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
+import { completed, failed, startReadOnlySidecar, uniqueQueue } from '../harness.js';
+import { finishPage, openPage, text, waitValue } from '../browser.js';
+import { closeSuite, openSuite } from '../suite.js';
 
 let sidecar;
 let client;
@@ -41,19 +42,13 @@ function startTraffic(queue) {
 }
 
 before(async () => {
-  sidecar = await startSidecar();
-  client = await connect({ socket: sidecar.socket });
-  browser = await launch();
-  shots = screenshotDir();
+  ({ sidecar, client, browser, shots } = await openSuite());
   traffic = startTraffic('traffic');
 });
 
 after(async () => {
   if (traffic) await traffic();
-  if (browser) await browser.close();
-  if (client) await client.close();
-  if (sidecar) await sidecar.stop();
-  if (shots) console.log(`# screenshots in ${shots}`);
+  await closeSuite({ sidecar, client, browser, shots });
 });
 
 async function visit(route) {

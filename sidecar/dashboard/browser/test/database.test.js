@@ -8,8 +8,9 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { connect, startSidecar, uniqueQueue } from '../harness.js';
-import { launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
+import { uniqueQueue } from '../harness.js';
+import { openPage, text, waitValue } from '../browser.js';
+import { closeSuite, openSuite } from '../suite.js';
 
 let sidecar;
 let client;
@@ -55,20 +56,14 @@ async function holdTransaction(databaseUrl) {
 }
 
 before(async () => {
-  sidecar = await startSidecar();
+  ({ sidecar, client, browser, shots } = await openSuite());
   assert.ok(sidecar.databaseUrl, 'queenside dev printed its database URL');
-  client = await connect({ socket: sidecar.socket });
-  browser = await launch();
-  shots = screenshotDir();
   held = await holdTransaction(sidecar.databaseUrl);
 });
 
 after(async () => {
   if (held) await held.end();
-  if (browser) await browser.close();
-  if (client) await client.close();
-  if (sidecar) await sidecar.stop();
-  if (shots) console.log(`# screenshots in ${shots}`);
+  await closeSuite({ sidecar, client, browser, shots });
 });
 
 test('the database page states what holds back vacuum, the tables\' sizes and the connections', async () => {

@@ -5,8 +5,9 @@
 // again, and a deletion of those selected.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { connect, failed, startSidecar, uniqueQueue } from '../harness.js';
-import { finishPage, launch, openPage, screenshotDir, text, waitValue } from '../browser.js';
+import { failed, uniqueQueue } from '../harness.js';
+import { finishPage, openPage, text, waitValue } from '../browser.js';
+import { closeSuite, openSuite } from '../suite.js';
 
 const DEAD = 10_000;
 const PARTITIONS = 100;
@@ -17,17 +18,11 @@ let browser;
 let shots;
 
 before(async () => {
-  sidecar = await startSidecar();
-  client = await connect({ socket: sidecar.socket });
-  browser = await launch();
-  shots = screenshotDir();
+  ({ sidecar, client, browser, shots } = await openSuite());
 });
 
 after(async () => {
-  if (browser) await browser.close();
-  if (client) await client.close();
-  if (sidecar) await sidecar.stop();
-  if (shots) console.log(`# screenshots in ${shots}`);
+  await closeSuite({ sidecar, client, browser, shots });
 });
 
 /**

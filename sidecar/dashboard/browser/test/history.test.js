@@ -4,8 +4,9 @@
 // every 5 s, so that the history fills in seconds.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { completed, connect, startSidecar, uniqueQueue } from '../harness.js';
-import { finishPage, launch, openPage, screenshotDir, text } from '../browser.js';
+import { completed, uniqueQueue } from '../harness.js';
+import { finishPage, openPage, text } from '../browser.js';
+import { closeSuite, openSuite } from '../suite.js';
 
 // What the history holds before a page is opened; more for `make screenshots`.
 const SAMPLES = process.env.QUEENSIDE_SCREENSHOTS ? 120 : 12;
@@ -42,10 +43,7 @@ function startTraffic() {
 const getJSON = async (path) => (await fetch(`${sidecar.url}api/${path}`)).json();
 
 before(async () => {
-  sidecar = await startSidecar({ args: ['--history-interval', '250ms'] });
-  client = await connect({ socket: sidecar.socket });
-  browser = await launch();
-  shots = screenshotDir();
+  ({ sidecar, client, browser, shots } = await openSuite({ args: ['--history-interval', '250ms'] }));
   stopTraffic = startTraffic();
   // Wait until the history holds the traffic's group: its samples began
   // before any page was open.
@@ -60,10 +58,7 @@ before(async () => {
 
 after(async () => {
   if (stopTraffic) await stopTraffic();
-  if (browser) await browser.close();
-  if (client) await client.close();
-  if (sidecar) await sidecar.stop();
-  if (shots) console.log(`# screenshots in ${shots}`);
+  await closeSuite({ sidecar, client, browser, shots });
 });
 
 const finish = (page, shot) => finishPage(page, shots, shot);
