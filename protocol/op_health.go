@@ -37,4 +37,21 @@ type SpoolHealth struct {
 	// Warnings name what an operator must look at: spool files moved to
 	// quarantine/, records older than their queue's dedup window.
 	Warnings []string `msgpack:"warnings,omitempty" json:"warnings,omitempty"`
+	// Cause says why pushes go to the spool now (revision 1.2): one of
+	// the SpoolCause values; absent while they go to PostgreSQL.
+	Cause string `msgpack:"cause,omitempty" json:"cause,omitempty"`
+	// Spooled counts the push items spooled since the sidecar started,
+	// by cause (revision 1.2); absent while none was.
+	Spooled map[string]uint64 `msgpack:"spooled,omitempty" json:"spooled,omitempty"`
 }
+
+// Why push items go to the spool (SpoolHealth.Cause and Spooled).
+const (
+	SpoolCauseTimeout     = "timeout"     // PostgreSQL did not answer within the database timeout
+	SpoolCauseRefused     = "refused"     // it refused or reset the connection, or was shutting down
+	SpoolCauseMaintenance = "maintenance" // push maintenance is on
+	SpoolCauseBehind      = "behind"      // an earlier item of the partition was still spooled
+)
+
+// SpoolCauses lists the causes, in the order they are shown.
+var SpoolCauses = [...]string{SpoolCauseTimeout, SpoolCauseRefused, SpoolCauseMaintenance, SpoolCauseBehind}

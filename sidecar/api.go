@@ -22,8 +22,6 @@ import (
 // adminOnly (api_auth.go).
 
 const (
-	// apiTimeout bounds every API request's database work.
-	apiTimeout = 10 * time.Second
 	// dashboardRefresh is how often the dashboard polls.
 	dashboardRefresh = 2 * time.Second
 	// maxAPIBody bounds a write's JSON body.
@@ -72,10 +70,10 @@ func (s *Server) api(fn func(ctx context.Context, r *http.Request) (any, error))
 			writeAPIError(w, http.StatusServiceUnavailable, protocol.CodeUnavailable, "the database schema is not ready yet")
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+		ctx, cancel := s.store.Bound(r.Context())
 		defer cancel()
 		v, err := fn(ctx, r)
-		if err != nil {
+		if err = store.TimedOut(ctx, err); err != nil {
 			pe := s.toProtocolError(err)
 			writeAPIError(w, apiStatus(pe.Code), pe.Code, pe.Message)
 			return
@@ -292,7 +290,7 @@ func (s *Server) apiSpool(w http.ResponseWriter, _ *http.Request) {
 // apiCluster answers even while the database is unreachable: that is
 // when an operator looks at it.
 func (s *Server) apiCluster(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), apiTimeout)
+	ctx, cancel := s.store.Bound(r.Context())
 	defer cancel()
 	health := s.Health(ctx)
 	db := map[string]any{"ok": health.Database.OK}

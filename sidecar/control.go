@@ -143,7 +143,7 @@ func (s *Server) runControl(ctx context.Context) {
 		if !s.ready.Load() {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, cancel := s.store.Bound(ctx)
 		if err := s.refreshControl(rctx); err != nil && ctx.Err() == nil {
 			s.log.Debug("could not read the control state; keeping the last one", "error", err)
 		}

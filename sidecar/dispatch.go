@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
 )
 
 // opFunc serves one operation: it decodes its own arguments and returns a
@@ -26,6 +27,11 @@ type opSpec struct {
 	// that only matters while its client is there (whileConnected).
 	connAware bool
 }
+
+// bounded tells whether the whole operation is bounded by the database
+// timeout. One that may wait (a long-poll) bounds each of its database
+// calls instead, so that it still answers when its wait ends.
+func (spec opSpec) bounded() bool { return !spec.waits && !spec.connAware }
 
 func (s *Server) operations() map[string]opSpec {
 	return map[string]opSpec{
@@ -88,13 +94,18 @@ func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, e
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)
 		defer cancel()
 	}
+	if spec.bounded() {
+		var cancel context.CancelFunc
+		ctx, cancel = s.store.Bound(ctx)
+		defer cancel()
+	}
 	if !spec.local {
 		if err := s.awaitReady(ctx); err != nil {
 			return nil, err
 		}
 	}
 	res, err := spec.fn(ctx, req.Args)
-	if err != nil && ctx.Err() == context.DeadlineExceeded {
+	if err = store.TimedOut(ctx, err); err != nil && store.AsTimeout(err) == nil && ctx.Err() == context.DeadlineExceeded {
 		return nil, protocol.Errorf(protocol.CodeDeadlineExceeded, "%s did not finish within %d ms", req.Op, req.TimeoutMs)
 	}
 	return res, err

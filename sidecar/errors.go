@@ -16,6 +16,9 @@ func (s *Server) toProtocolError(err error) *protocol.Error {
 	switch {
 	case errors.As(err, &pe):
 		return pe
+	case store.AsTimeout(err) != nil:
+		s.log.Warn("database unavailable", "error", err)
+		return protocol.Errorf(protocol.CodeUnavailable, "database unavailable: %v", store.AsTimeout(err))
 	case errors.Is(err, context.DeadlineExceeded):
 		return protocol.Errorf(protocol.CodeDeadlineExceeded, "%v", err)
 	case errors.Is(err, context.Canceled):

@@ -22,6 +22,9 @@ type metrics struct {
 	// order: a push adds to each status once per request, not per item.
 	byStatus [len(pushStatuses)]prometheus.Counter
 	leases   prometheus.Counter
+	// spooledBy counts push items written to the spool, by cause, in
+	// protocol.SpoolCauses' order.
+	spooledBy [len(protocol.SpoolCauses)]atomic.Uint64
 	// popped counts the messages this sidecar's pops delivered, those of
 	// acks carrying a pop included; the dashboard charts it too.
 	popped atomic.Uint64
@@ -53,7 +56,16 @@ func newMetrics(s *Server) *metrics {
 	counter := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
 	}
+	for i, cause := range protocol.SpoolCauses {
+		m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "queenside_push_items_spooled_total",
+			Help:        "Push items written to the spool, by cause: timeout (PostgreSQL did not answer within --database-timeout), refused (it refused or reset the connection), maintenance (push maintenance), behind (an earlier item of the partition was still spooled).",
+			ConstLabels: prometheus.Labels{"cause": cause},
+		}, func() float64 { return float64(m.spooledBy[i].Load()) }))
+	}
 	m.registry.MustRegister(m.requests, m.pushItems, m.leases,
+		counter("queenside_database_timeouts_total", "Calls to PostgreSQL ended by --database-timeout: it did not answer in time.",
+			func() float64 { return float64(s.store.Timeouts()) }),
 		counter("queenside_messages_popped_total", "Messages delivered by pops (leased or auto-acked), those of acks carrying a pop included.",
 			func() float64 { return float64(m.popped.Load()) }),
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
@@ -130,6 +142,25 @@ func (m *metrics) served(op string, perr *protocol.Error, res any) {
 			m.poppedBy(*r.Pop)
 		}
 	}
+}
+
+// spooled counts n push items written to the spool for cause.
+func (m *metrics) spooled(cause string, n int) {
+	for i, c := range protocol.SpoolCauses {
+		if c == cause {
+			m.spooledBy[i].Add(uint64(n))
+			return
+		}
+	}
+}
+
+// spooledByCause is what spooled counted, by cause.
+func (m *metrics) spooledByCause() map[string]uint64 {
+	out := make(map[string]uint64, len(protocol.SpoolCauses))
+	for i, c := range protocol.SpoolCauses {
+		out[c] = m.spooledBy[i].Load()
+	}
+	return out
 }
 
 // poppedBy counts what one pop delivered.

@@ -77,7 +77,9 @@ func (s *Server) openPopped(ctx context.Context, res protocol.PopResult, autoAck
 		off := m.Offset
 		items[i] = protocol.AckItem{LeaseID: m.LeaseID, Offset: &off, Status: protocol.AckCompleted}
 	}
-	ar, err := s.ack(ctx, items)
+	actx, cancel := s.store.Bound(ctx)
+	defer cancel()
+	ar, err := s.ack(actx, items)
 	if err != nil {
 		s.releaseQuietly(res.Leases)
 		return protocol.PopResult{}, err
@@ -113,7 +115,7 @@ func (s *Server) releaseQuietly(leases []protocol.Lease) {
 	for i, l := range leases {
 		ids[i] = l.LeaseID
 	}
-	ctx, cancel := context.WithTimeout(s.baseCtx, 5*time.Second)
+	ctx, cancel := s.store.Bound(s.baseCtx)
 	defer cancel()
 	if _, err := s.store.Release(ctx, ids); err != nil {
 		s.log.Warn("could not release the leases of a departed client; they will expire", "error", err)
@@ -128,6 +130,8 @@ func (s *Server) opAck(ctx context.Context, raw []byte) (any, error) {
 	if a.Pop != nil {
 		return s.ackAndPop(ctx, a.Items, *a.Pop)
 	}
+	ctx, cancel := s.store.Bound(ctx)
+	defer cancel()
 	ctx, span := telemetry.StartAck(ctx, a.Items)
 	res, err := s.ack(ctx, a.Items)
 	telemetry.EndAck(span, res, err)
@@ -141,11 +145,15 @@ func (s *Server) opAck(ctx context.Context, raw []byte) (any, error) {
 // call with unavailable: nothing was done. A pop that fails once the acks
 // are applied is reported in the result's popError.
 func (s *Server) ackAndPop(ctx context.Context, items []protocol.AckItem, a protocol.PopArgs) (protocol.AckResult, error) {
+	popCtx, cancel := whileConnected(ctx)
+	defer cancel()
+	// The acks, and the pop's first look made with them, are bounded by
+	// the database timeout; a long-poll that follows is not.
+	ctx, cancelAck := s.store.Bound(ctx)
+	defer cancelAck()
 	ctx, span := telemetry.StartAck(ctx, items)
 	var res protocol.AckResult
 	var ackErr error
-	popCtx, cancel := whileConnected(ctx)
-	defer cancel()
 	var popped protocol.PopResult
 	var popErr error
 	if s.control.popPaused(a.Queue) { // the acks now, the pop then waits while paused
@@ -179,7 +187,7 @@ func (s *Server) ackAndPop(ctx context.Context, items []protocol.AckItem, a prot
 
 func (s *Server) ack(ctx context.Context, items []protocol.AckItem) (protocol.AckResult, error) {
 	res, err := s.store.Ack(ctx, items)
-	if store.IsUnavailable(err) && ctx.Err() == nil {
+	if store.IsUnavailable(err) && (ctx.Err() == nil || store.AsTimeout(err) != nil) {
 		// One transaction: nothing moved, and every item says why.
 		s.log.Warn("database unavailable", "error", err)
 		res = protocol.AckResult{Results: make([]protocol.AckItemResult, len(items)), Leases: []protocol.LeaseState{}}

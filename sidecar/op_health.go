@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/queenside/queenside/protocol"
@@ -29,6 +30,9 @@ func (s *Server) Health(ctx context.Context) protocol.HealthResult {
 	case err != nil:
 		h.Status = protocol.HealthUnavailable
 		h.Database.Error = err.Error()
+		if ctx.Err() != nil {
+			h.Database.Error = fmt.Sprintf("no answer within %v", healthTimeout)
+		}
 	case !s.ready.Load():
 		h.Status = protocol.HealthUnavailable
 		h.Database = protocol.DatabaseHealth{OK: true, LatencyMs: ms(latency), Error: "schema not migrated yet"}
@@ -41,7 +45,19 @@ func (s *Server) Health(ctx context.Context) protocol.HealthResult {
 	h.Maintenance = s.control.maintenance()
 	if s.buffer != nil {
 		b := s.buffer.Stats()
-		h.Spool = protocol.SpoolHealth{Records: int64(b.Records), Bytes: b.Bytes, Replaying: b.Replaying, Warnings: b.Warnings}
+		h.Spool = protocol.SpoolHealth{Records: int64(b.Records), Bytes: b.Bytes, Replaying: b.Replaying, Warnings: b.Warnings,
+			Cause: b.DownCause}
+		if s.control.pushMaintenance() {
+			h.Spool.Cause = protocol.SpoolCauseMaintenance
+		}
+		for cause, n := range s.metrics.spooledByCause() {
+			if n > 0 {
+				if h.Spool.Spooled == nil {
+					h.Spool.Spooled = map[string]uint64{}
+				}
+				h.Spool.Spooled[cause] = n
+			}
+		}
 		if !b.Oldest.IsZero() {
 			oldest := b.Oldest.UTC()
 			h.Spool.OldestAt = &oldest

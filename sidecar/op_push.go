@@ -6,8 +6,10 @@ import (
 	"slices"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/buffer"
 	"github.com/queenside/queenside/sidecar/store"
 	"github.com/queenside/queenside/sidecar/telemetry"
 	"github.com/queenside/queenside/spool"
@@ -64,7 +66,7 @@ func (s *Server) push(ctx context.Context, args protocol.PushArgs) (protocol.Pus
 			return protocol.PushReply{}, protocol.Errorf(protocol.CodeUnavailable,
 				"push maintenance is on and this sidecar has no spool to hold the push")
 		}
-		s.spool(ctx, msgs, positions, results)
+		s.spool(ctx, msgs, positions, results, protocol.SpoolCauseMaintenance)
 		return protocol.PushReply{Results: results}, nil
 	}
 	if s.buffer == nil {
@@ -90,36 +92,74 @@ func (s *Server) push(ctx context.Context, args protocol.PushArgs) (protocol.Pus
 			direct = append(direct, j)
 		}
 	}
+	cause := ""
 	if len(direct) > 0 {
 		dm, dp := pick(msgs, direct), pick(positions, direct)
 		outcomes, err := s.store.Push(ctx, dm)
 		switch {
-		case err != nil && ctx.Err() != nil:
-			return protocol.PushReply{}, err // out of time (answered deadline_exceeded): nothing committed
-		case err != nil && store.IsUnavailable(err):
-			s.buffer.MarkDown()
-			s.log.Warn("database unavailable; spooling the push", "items", len(dm), "error", err)
-			// In request order, so each partition keeps its items' order.
-			spooled = append(spooled, direct...)
-			slices.Sort(spooled)
-		case err != nil:
-			s.failAll(results, dp, s.toProtocolError(err))
-		default:
+		case err == nil:
 			fillOutcomes(results, dp, outcomes)
+		case store.AsTimeout(err) == nil && ctx.Err() != nil:
+			return protocol.PushReply{}, err // the request's own deadline (answered deadline_exceeded)
+		case store.IsUnavailable(err):
+			cause = buffer.CauseOf(err)
+			if cause == protocol.SpoolCauseTimeout {
+				s.buffer.Suspect()
+			} else {
+				s.buffer.MarkDown(err)
+			}
+			s.log.Warn("database unavailable; spooling the push", "items", len(dm), "cause", cause, "error", err)
+			keep := s.unknownOutcome(err, dm, dp, results)
+			// In request order, so each partition keeps its items' order.
+			spooled = append(spooled, pick(direct, keep)...)
+			slices.Sort(spooled)
+		default:
+			s.failAll(results, dp, s.toProtocolError(err))
 		}
 	}
 	if len(spooled) > 0 {
-		s.spool(ctx, pick(msgs, spooled), pick(positions, spooled), results)
+		if cause == "" {
+			cause = s.spoolCause()
+		}
+		s.spool(ctx, pick(msgs, spooled), pick(positions, spooled), results, cause)
 	}
 	return protocol.PushReply{Results: results}, nil
+}
+
+// unknownOutcome sorts the items of a push that failed for the database
+// out of reach: it returns the indexes (into msgs) of those that may be
+// spooled, and fails the others. A push that never reached the database,
+// or whose connection failed before anything was sent, stored nothing:
+// all of it may be spooled. One that was sent may have committed (its
+// COMMIT went out, the answer never came): its replay is safe only in a
+// queue that deduplicates, where a copy already stored makes the replay a
+// duplicate. In a queue without deduplication the replay could store it
+// twice, so such items fail with unavailable and the details say that the
+// outcome is unknown: whether to push again is the application's choice.
+func (s *Server) unknownOutcome(err error, msgs []store.Message, positions []int, results []protocol.PushResult) []int {
+	keep := make([]int, 0, len(msgs))
+	var connectErr *pgconn.ConnectError
+	sent := !errors.Is(err, store.ErrNotSent) && !errors.As(err, &connectErr) && !pgconn.SafeToRetry(err)
+	for j, m := range msgs {
+		if !sent || s.deduplicates(m.Queue) {
+			keep = append(keep, j)
+			continue
+		}
+		e := protocol.Errorf(protocol.CodeUnavailable, "%v; the push was sent and may have been stored, "+
+			"and queue %s does not deduplicate (dedupWindowSeconds 0), so it was not spooled: a replay could store it twice. "+
+			"Pushing it again may store it twice", err, m.Queue)
+		e.Details = map[string]any{"outcomeUnknown": true}
+		results[positions[j]].Status, results[positions[j]].Error = protocol.StatusFailed, e
+	}
+	return keep
 }
 
 // pushToDatabase stores messages, answering each item queued or duplicate,
 // or failed with the reason.
 func (s *Server) pushToDatabase(ctx context.Context, msgs []store.Message, positions []int, results []protocol.PushResult) (protocol.PushReply, error) {
 	outcomes, err := s.store.Push(ctx, msgs)
-	if err != nil && ctx.Err() != nil {
-		return protocol.PushReply{}, err // out of time (answered deadline_exceeded): nothing committed
+	if err != nil && store.AsTimeout(err) == nil && ctx.Err() != nil {
+		return protocol.PushReply{}, err // the request's own deadline (answered deadline_exceeded)
 	}
 	if err != nil {
 		s.failAll(results, positions, s.toProtocolError(err))
@@ -131,13 +171,15 @@ func (s *Server) pushToDatabase(ctx context.Context, msgs []store.Message, posit
 
 // spool writes messages to the disk spool and answers them buffered once
 // fsynced. A spool that is full or cannot write fails them: an item is
-// answered buffered only when it is on disk.
-func (s *Server) spool(ctx context.Context, msgs []store.Message, positions []int, results []protocol.PushResult) {
+// answered buffered only when it is on disk. cause says why they are
+// spooled, for the metrics.
+func (s *Server) spool(ctx context.Context, msgs []store.Message, positions []int, results []protocol.PushResult, cause string) {
 	_, span := telemetry.StartSpoolWrite(ctx, len(msgs))
 	err := s.buffer.Add(msgs)
 	telemetry.End(span, err)
 	switch {
 	case err == nil:
+		s.metrics.spooled(cause, len(msgs))
 		for j, i := range positions {
 			r := &results[i]
 			r.Status, r.MessageID, r.TransactionID = protocol.StatusBuffered, msgs[j].MessageID.String(), msgs[j].TransactionID
@@ -150,6 +192,28 @@ func (s *Server) spool(ctx context.Context, msgs []store.Message, positions []in
 		s.failAll(results, positions, protocol.Errorf(protocol.CodeUnavailable,
 			"PostgreSQL is unreachable and the spool could not store the items: %v", err))
 	}
+}
+
+// deduplicates tells whether queue deduplicates, as the last push through
+// this sidecar found it, or else as the buffer last read it.
+func (s *Server) deduplicates(queue string) bool {
+	if on, known := s.store.Deduplicates(queue); known {
+		return on
+	}
+	return s.buffer.Deduplicates(queue)
+}
+
+// spoolCause is why items that go straight to the spool do: the outage in
+// course, the schema not ready yet (counted as refused: the database has
+// not let the sidecar migrate), or the items spooled before them.
+func (s *Server) spoolCause() string {
+	if c := s.buffer.DownCause(); c != "" {
+		return c
+	}
+	if !s.ready.Load() {
+		return protocol.SpoolCauseRefused
+	}
+	return protocol.SpoolCauseBehind
 }
 
 func (s *Server) failAll(results []protocol.PushResult, positions []int, perr *protocol.Error) {

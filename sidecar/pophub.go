@@ -31,10 +31,6 @@ import (
 // recheckInterval is how often waiting pops are served without a wake-up.
 const recheckInterval = time.Second
 
-// popFuseTimeout bounds one call serving several pops, which no single
-// request's deadline can bound.
-const popFuseTimeout = 30 * time.Second
-
 type popHub struct {
 	s     *Server
 	mu    sync.Mutex
@@ -60,8 +56,11 @@ type popWaiter struct {
 	// includes it. inFlight: in a look running now.
 	fresh, inFlight bool
 	gone            bool // the request ended; its leases are given back
-	done            chan popAnswer
-	span            trace.Span // the request's, for the look's database span
+	// answered: answered empty at until while a look for it still ran
+	// (the database slow or silent); that look gives back what it leased.
+	answered bool
+	done     chan popAnswer
+	span     trace.Span // the request's, for the look's database span
 }
 
 type popAnswer struct {
@@ -70,10 +69,13 @@ type popAnswer struct {
 }
 
 // pop serves one pop request: at once, and then, while nothing comes, each
-// time its queue may have something, until until.
+// time its queue may have something, until until. Each look is bounded by
+// the database timeout.
 func (h *popHub) pop(ctx context.Context, req store.PopRequest, until time.Time) (protocol.PopResult, error) {
 	return h.lookThenWait(ctx, req, until, func(req store.PopRequest) (protocol.PopResult, error) {
-		results, errs := h.s.store.PopMany(ctx, []store.PopRequest{req}, h.s.opts.MaxFrameBytes)
+		lctx, cancel := h.s.store.Bound(ctx)
+		defer cancel()
+		results, errs := h.s.store.PopMany(lctx, []store.PopRequest{req}, h.s.opts.MaxFrameBytes)
 		return results[0], errs[0]
 	})
 }
@@ -196,7 +198,14 @@ func (h *popHub) step(l *popLoop) (time.Time, bool) {
 	defer h.mu.Unlock()
 	kept := l.waiters[:0]
 	for _, w := range l.waiters {
-		if !w.fresh && !w.inFlight && !now.Before(w.until) {
+		switch {
+		case w.answered || now.Before(w.until):
+		case w.inFlight:
+			// Its time is up while a look for it runs on: answered now,
+			// as a long-poll must be, and kept for the look to finish.
+			w.done <- popAnswer{res: emptyPop()}
+			w.answered, w.gone = true, true
+		case !w.fresh:
 			w.done <- popAnswer{res: emptyPop()}
 			continue
 		}
@@ -222,7 +231,7 @@ func (h *popHub) step(l *popLoop) (time.Time, bool) {
 	}
 	next := now.Add(recheckInterval)
 	for _, w := range l.waiters {
-		if !w.inFlight && w.until.Before(next) {
+		if !w.answered && w.until.Before(next) {
 			next = w.until
 		}
 	}
@@ -246,7 +255,7 @@ func (h *popHub) look(l *popLoop, batch []*popWaiter) {
 	for i, w := range batch {
 		reqs[i] = w.req
 	}
-	ctx, cancel := context.WithTimeout(h.s.baseCtx, popFuseTimeout)
+	ctx, cancel := h.s.store.Bound(h.s.baseCtx)
 	if telemetry.Enabled() { // the look's database span stands for every pop it serves
 		spans := make([]trace.Span, len(batch))
 		for i, w := range batch {
@@ -256,6 +265,8 @@ func (h *popHub) look(l *popLoop, batch []*popWaiter) {
 	}
 	results, errs := h.s.store.PopMany(ctx, reqs, h.s.opts.MaxFrameBytes)
 	cancel()
+	// A look ends within the database timeout; the pops it served that
+	// could still wait are kicked again by the loop (deferred kicked).
 
 	now := time.Now()
 	draining := h.s.draining.Load()
@@ -267,12 +278,15 @@ func (h *popHub) look(l *popLoop, batch []*popWaiter) {
 		res, err := results[i], errs[i]
 		switch {
 		case w.gone:
-			// The client left while its leases were being granted: give
-			// them back now rather than after they expire.
+			// The client left (or was answered at its time) while its
+			// leases were being granted: give them back now rather than
+			// after they expire.
 			if err == nil && len(res.Leases) > 0 {
 				go h.s.releaseQuietly(res.Leases)
 			}
-			w.done <- popAnswer{}
+			if !w.answered {
+				w.done <- popAnswer{}
+			}
 		case err != nil || len(res.Messages) > 0 || !now.Before(w.until) || draining:
 			w.done <- popAnswer{res: res, err: err}
 		default:

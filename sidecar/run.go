@@ -264,7 +264,7 @@ func explainPooler(err error, cfg Config) error {
 func readControlUntilDone(ctx context.Context, srv *Server, log hclog.Logger) error {
 	backoff := 250 * time.Millisecond
 	for {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, cancel := srv.store.Bound(ctx)
 		err := srv.refreshControl(rctx)
 		cancel()
 		if err == nil || ctx.Err() != nil {

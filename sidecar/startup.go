@@ -36,7 +36,7 @@ func (s *Server) noteStartupError(err error) {
 	}
 	s.startupErr.Store(&err)
 	if s.buffer != nil && store.IsUnavailable(err) {
-		s.buffer.MarkDown() // pushes go to the spool meanwhile, as in any outage
+		s.buffer.MarkDown(err) // pushes go to the spool meanwhile, as in any outage
 	}
 }
 

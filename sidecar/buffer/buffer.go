@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/store"
 	"github.com/queenside/queenside/spool"
 )
@@ -23,6 +24,17 @@ type Store interface {
 	Ping(ctx context.Context) (time.Duration, error)
 	// DedupWindows is every queue's deduplication window.
 	DedupWindows(ctx context.Context) (map[string]time.Duration, error)
+	// Bound bounds one call by the database timeout (store.Store.Bound).
+	Bound(ctx context.Context) (context.Context, context.CancelFunc)
+}
+
+// CauseOf names the cause of an error for which store.IsUnavailable holds:
+// protocol.SpoolCauseTimeout or protocol.SpoolCauseRefused.
+func CauseOf(err error) string {
+	if store.AsTimeout(err) != nil {
+		return protocol.SpoolCauseTimeout
+	}
+	return protocol.SpoolCauseRefused
 }
 
 // Buffer routes push items to the spool while PostgreSQL is unreachable, and
@@ -35,7 +47,10 @@ type Buffer struct {
 	windows windows
 	kick    chan struct{}
 
-	down      atomic.Bool // the last attempt to reach PostgreSQL failed
+	down    atomic.Bool // the last attempt to reach PostgreSQL failed
+	suspect atomic.Bool // see Suspect
+	// downCause is why (CauseOf), and downError the error, while down.
+	downCause atomic.Pointer[downState]
 	replaying atomic.Bool
 	replayed  atomic.Int64 // records stored by replay (queued or duplicate)
 	rejected  atomic.Int64 // records the database refused, moved to quarantine/
@@ -51,12 +66,15 @@ type Buffer struct {
 // Stats describes the buffer for health and metrics.
 type Stats struct {
 	spool.Stats
-	Replaying   bool
-	Replayed    int64
-	Rejected    int64
-	DatabaseUp  bool
-	Quarantined []string
-	Warnings    []string
+	Replaying  bool
+	Replayed   int64
+	Rejected   int64
+	DatabaseUp bool
+	// DownCause (protocol.SpoolCauseTimeout or SpoolCauseRefused) and DownError say why the
+	// database is taken for out of reach; empty while it is up.
+	DownCause, DownError string
+	Quarantined          []string
+	Warnings             []string
 }
 
 // New returns a buffer over an opened spool. It counts what the spool holds,
@@ -99,14 +117,48 @@ func (b *Buffer) ShouldSpool(queue, partition string) bool {
 	return b.down.Load() || b.pending.holds(queue, partition)
 }
 
-// MarkDown records that PostgreSQL could not be reached, so that the next
-// pushes go straight to the spool instead of waiting on a dead connection,
-// and wakes the replayer to watch for its return.
-func (b *Buffer) MarkDown() {
+// downState is the outage in course.
+type downState struct {
+	cause string
+	err   string
+}
+
+// MarkDown records that PostgreSQL could not be reached (err says how), so
+// that the next pushes go straight to the spool instead of waiting on a
+// dead connection, and wakes the replayer to watch for its return.
+func (b *Buffer) MarkDown(err error) {
+	b.downCause.Store(&downState{cause: CauseOf(err), err: err.Error()})
 	if !b.down.Swap(true) {
-		b.log.Warn("database unreachable: pushes go to the spool until it answers")
+		b.log.Warn("database unreachable: pushes go to the spool until it answers", "cause", CauseOf(err), "error", err)
 	}
 	b.wake()
+}
+
+// DownCause is why the database is taken for out of reach (CauseTimeout
+// or CauseRefused), "" while it is up.
+func (b *Buffer) DownCause() string {
+	if d := b.downCause.Load(); d != nil && b.down.Load() {
+		return d.cause
+	}
+	return ""
+}
+
+// Suspect asks the replayer to check at once whether PostgreSQL answers: a
+// call that timed out may mean the database is frozen, or only that it
+// waited on a lock. The replayer's ping, itself bounded, tells; only if it
+// fails do all pushes go straight to the spool (MarkDown), so that a
+// database that answers others is not taken for down.
+func (b *Buffer) Suspect() {
+	b.suspect.Store(true)
+	b.wake()
+}
+
+// Deduplicates reports whether queue deduplicates, as its window was last
+// read: a queue not read yet is taken to have the default window, which a
+// push gives the queue it creates.
+func (b *Buffer) Deduplicates(queue string) bool {
+	w, known := b.windows.of(queue)
+	return !known || w > 0
 }
 
 // Add spools messages, all or none, and returns once they are fsynced.
@@ -153,6 +205,9 @@ func (b *Buffer) Stats() Stats {
 		Rejected:    b.rejected.Load(),
 		DatabaseUp:  !b.down.Load(),
 		Quarantined: append([]string(nil), b.quarantine...),
+	}
+	if d := b.downCause.Load(); d != nil && !s.DatabaseUp {
+		s.DownCause, s.DownError = d.cause, d.err
 	}
 	if len(b.quarantine) > 0 {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d spool file(s) did not verify and were moved to quarantine/: %v",

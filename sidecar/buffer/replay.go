@@ -57,27 +57,40 @@ func (b *Buffer) Run(ctx context.Context, ready func() bool) {
 		case <-t.C:
 		}
 		b.watchWindows(ctx, ready)
-		if !ready() || (!b.down.Load() && b.sp.Stats().Records == 0) {
+		if !ready() {
 			continue
 		}
-		if err := b.pass(ctx); err != nil && ctx.Err() == nil {
-			if store.IsUnavailable(err) {
-				b.MarkDown()
-			} else {
-				b.log.Error("spool replay stopped; will retry", "error", err)
-			}
+		err := b.pass(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case store.AsTimeout(err) != nil:
+			// PostgreSQL answered the ping, yet a batch was not committed
+			// in time: a lock held long, or a Citus worker that does not
+			// answer. Its partitions stay held; the next tick tries again.
+			b.log.Warn("a replayed batch was not committed in time; will retry", "error", err)
+		case store.IsUnavailable(err):
+			b.MarkDown(err)
+		default:
+			b.log.Error("spool replay stopped; will retry", "error", err)
 		}
 	}
 }
 
-// pass checks that PostgreSQL answers, then replays every sealed segment,
-// oldest first, retiring each once all of it is committed.
+// pass checks that PostgreSQL answers (marking it down if not), then
+// replays every sealed segment, oldest first, retiring each once all of it
+// is committed.
 func (b *Buffer) pass(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if !b.suspect.Swap(false) && !b.down.Load() && b.sp.Stats().Records == 0 {
+		return nil
+	}
+	pctx, cancel := b.st.Bound(ctx)
 	_, err := b.st.Ping(pctx)
 	cancel()
 	if err != nil {
-		return err
+		if ctx.Err() == nil {
+			b.MarkDown(store.TimedOut(pctx, err))
+		}
+		return nil
 	}
 	if b.down.Swap(false) {
 		b.log.Info("database reachable again", "spooled", b.sp.Stats().Records)
@@ -172,7 +185,9 @@ func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Mes
 		ctx, span = telemetry.StartReplay(ctx, filepath.Base(seg.Path), headers)
 		defer func() { telemetry.End(span, err) }()
 	}
-	_, err = b.st.Push(ctx, batch)
+	pctx, cancel := b.st.Bound(ctx)
+	_, err = b.st.Push(pctx, batch)
+	cancel()
 	if err == nil {
 		b.replayed.Add(int64(len(batch)))
 		return nil
@@ -181,7 +196,9 @@ func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Mes
 		return err
 	}
 	for i := range batch {
-		_, err := b.st.Push(ctx, batch[i:i+1])
+		pctx, cancel := b.st.Bound(ctx)
+		_, err := b.st.Push(pctx, batch[i:i+1])
+		cancel()
 		switch {
 		case err == nil:
 			b.replayed.Add(1)

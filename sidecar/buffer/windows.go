@@ -28,7 +28,7 @@ func (w *windows) due() bool {
 }
 
 func (w *windows) refresh(ctx context.Context, st Store) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := st.Bound(ctx)
 	defer cancel()
 	byQueue, err := st.DedupWindows(ctx)
 	if err != nil {
@@ -38,6 +38,14 @@ func (w *windows) refresh(ctx context.Context, st Store) error {
 	defer w.mu.Unlock()
 	w.byQueue, w.readAt = byQueue, time.Now()
 	return nil
+}
+
+// of is queue's window as last read; known is false before it was.
+func (w *windows) of(queue string) (window time.Duration, known bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	window, known = w.byQueue[queue]
+	return window, known
 }
 
 // exceeded says, when the oldest spooled record is older than the smallest

@@ -32,12 +32,19 @@ type Config[J any] struct {
 	Depth    int           // requests that may wait to be gathered
 	MaxItems int           // a batch stops gathering at this weight
 	MaxHold  time.Duration // how long a gathered batch waits for a running one
-	Timeout  time.Duration // bounds the transaction of a batch of several requests
 
+	// Bound bounds the transaction of a batch of several requests, which
+	// no single request's deadline can bound.
+	Bound   func(context.Context) (context.Context, context.CancelFunc)
 	Context func(J) context.Context // the request's own; a request whose context ended is not run
-	Weight  func(J) int             // what a request adds toward MaxItems
-	Heavy   func(batch []J) bool    // a batch worth running beside a running one at once
-	Keys    func(J) []string        // held while the request's batch runs; nil: none
+	// Claim, when set, takes a request for the batch about to run it, and
+	// reports false for one its caller withdrew (it has its answer), which
+	// is then left out: a request is either run or withdrawn, never both,
+	// so that a caller that withdrew knows nothing of it was sent.
+	Claim  func(J) bool
+	Weight func(J) int          // what a request adds toward MaxItems
+	Heavy  func(batch []J) bool // a batch worth running beside a running one at once
+	Keys   func(J) []string     // held while the request's batch runs; nil: none
 
 	// Run runs the batch in one transaction and answers every request, or
 	// returns the error that failed the transaction, having answered none.
@@ -230,6 +237,9 @@ func (s *Scheduler[J]) run(batch []J) {
 			s.cfg.Fail(j, err) // gave up before anything was written
 			continue
 		}
+		if s.cfg.Claim != nil && !s.cfg.Claim(j) {
+			continue // withdrawn
+		}
 		live = append(live, j)
 	}
 	switch len(live) {
@@ -239,7 +249,7 @@ func (s *Scheduler[J]) run(batch []J) {
 		s.cfg.Alone(live[0])
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+	ctx, cancel := s.cfg.Bound(context.Background())
 	err := s.cfg.Run(ctx, live)
 	cancel()
 	switch {

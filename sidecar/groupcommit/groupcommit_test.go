@@ -46,7 +46,10 @@ func (r *recorder) wait(first *job) {
 
 func (r *recorder) config(workers int, heavy int) Config[*job] {
 	return Config[*job]{
-		Workers: workers, Depth: 64, MaxItems: 100, MaxHold: time.Second, Timeout: time.Minute,
+		Workers: workers, Depth: 64, MaxItems: 100, MaxHold: time.Second,
+		Bound: func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, time.Minute)
+		},
 		Context: func(j *job) context.Context { return j.ctx },
 		Weight:  func(j *job) int { return j.weight },
 		Heavy: func(b []*job) bool {

@@ -91,7 +91,9 @@ func (s *Server) running(ctx context.Context) (bool, error) {
 // into a /bin/sh command line, so every value is shell-quoted.
 func (s *Server) serverOptions() string {
 	opts := []string{
-		"-c", "listen_addresses=''", // no TCP: nothing outside this machine can connect to a trust-auth server
+		// No TCP by default: nothing outside this machine may connect to a
+		// trust-auth server.
+		"-c", shellQuote("listen_addresses=" + s.opts.ListenAddress),
 		"-k", shellQuote(s.sockDir),
 		"-p", strconv.Itoa(port),
 		"-c", "max_connections=300", // parallel tests each hold pools
@@ -119,7 +121,17 @@ func (s *Server) pgCtlStart(ctx context.Context) error {
 	from := logSize(s.logFile)
 	args := []string{"start", "-w", "-t", waitSeconds(ctx), "-D", s.pgdata, "-l", s.logFile, "-o", s.serverOptions()}
 	s.log.Debug("starting PostgreSQL", "pgdata", s.pgdata, "socket_dir", s.sockDir)
-	out, err := s.ra.command(ctx, s.bin.pgCtl, args...).CombinedOutput()
+	cmd := s.ra.command(ctx, s.bin.pgCtl, args...)
+	if s.opts.NetNS != "" {
+		// The postmaster pg_ctl starts inherits the namespace.
+		cmd.Args = append([]string{"ip", "netns", "exec", s.opts.NetNS}, cmd.Args...)
+		ip, err := exec.LookPath("ip")
+		if err != nil {
+			return fmt.Errorf("a server in network namespace %s needs ip (iproute2): %w", s.opts.NetNS, err)
+		}
+		cmd.Path = ip
+	}
+	out, err := cmd.CombinedOutput()
 	if err == nil {
 		err = s.waitReady(ctx)
 	}
@@ -128,6 +140,31 @@ func (s *Server) pgCtlStart(ctx context.Context) error {
 			s.pgdata, err, strings.TrimSpace(string(out)), s.logFile, logTail(s.logFile, from))
 	}
 	return nil
+}
+
+// trustLinks lets clients on the networks the server is directly on (its
+// namespace's links) in, as the Unix socket's are: only a server with a
+// ListenAddress, which only a namespace of the caller's makes safe.
+func (s *Server) trustLinks() error {
+	if s.opts.ListenAddress == "" {
+		return nil
+	}
+	const line = "host all all samenet trust"
+	hba := filepath.Join(s.pgdata, "pg_hba.conf")
+	b, err := os.ReadFile(hba)
+	if err != nil {
+		return err
+	}
+	if strings.Contains(string(b), line) {
+		return nil
+	}
+	f, err := os.OpenFile(hba, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintf(f, "\n%s\n", line)
+	return err
 }
 
 // prepareLog creates the log file ahead of pg_ctl so that, as root, it can

@@ -27,6 +27,14 @@ type Options struct {
 	// Settings are more server settings, each "name=value" (for instance
 	// wal_log_hints=on, which pg_rewind needs).
 	Settings []string
+	// NetNS, when set, is a network namespace (sidecar/netns) the server
+	// runs in: it is reached over TCP at ListenAddress there, and over its
+	// Unix socket, which the filesystem carries across namespaces.
+	NetNS string
+	// ListenAddress is an address the server also takes TCP connections
+	// on; "" for none (trust authentication: only inside a namespace of
+	// the caller's making is TCP safe).
+	ListenAddress string
 	// Logger receives progress messages; nil discards them.
 	Logger hclog.Logger
 }
@@ -114,6 +122,9 @@ func (s *Server) start(ctx context.Context) error {
 	if s.sockDir, err = makeSocketDir(s.ra); err != nil {
 		return err
 	}
+	if err := s.trustLinks(); err != nil {
+		return err
+	}
 	if err := s.pgCtlStart(ctx); err != nil {
 		os.RemoveAll(s.sockDir)
 		return err
@@ -161,9 +172,13 @@ func (s *Server) stopPrevious(ctx context.Context) error {
 
 // URL returns a pgx connection string for dbname as user postgres over the
 // server's Unix socket.
-func (s *Server) URL(dbname string) string {
+func (s *Server) URL(dbname string) string { return s.URLAt(s.sockDir, dbname) }
+
+// URLAt is URL over TCP to host, an address the server listens on (see
+// Options.NetNS), or over a Unix socket in directory host.
+func (s *Server) URLAt(host, dbname string) string {
 	q := url.Values{}
-	q.Set("host", s.sockDir)
+	q.Set("host", host)
 	q.Set("port", strconv.Itoa(port))
 	q.Set("sslmode", "disable")
 	u := url.URL{

@@ -111,7 +111,7 @@ func (s *Store) replayDeadLetters(ctx context.Context, dls []DeadLetter, msgs []
 	if err != nil {
 		return nil, err
 	}
-	outcomes, err := pushThrough(ctx, tx, kept, partitions, shards, s.routed())
+	outcomes, err := s.pushThrough(ctx, tx, kept, partitions, shards)
 	if err != nil {
 		return nil, fmt.Errorf("dlq replay: push: %w", err)
 	}

@@ -2,6 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -23,7 +27,6 @@ const (
 	pushWorkers    = 4     // transactions that may run at once
 	maxFusedItems  = 10000 // a transaction stops gathering here
 	pushQueueDepth = 1024
-	fusedTxTimeout = 30 * time.Second
 	// heavyPartitions is how many partitions make a transaction worth
 	// running beside another rather than waiting to fuse.
 	heavyPartitions = 64
@@ -36,7 +39,39 @@ type pushJob struct {
 	ctx  context.Context
 	msgs []Message
 	done chan pushResult // buffered: the worker never blocks on a departed caller
+	// taken by a batch about to send it, or withdrawn by a caller that
+	// gave up first (see groupcommit.Config.Claim); one of the two only.
+	taken, withdrawn atomic.Bool
+	claim            sync.Mutex
 }
+
+// take claims the job for a batch; false if its caller withdrew it.
+func (j *pushJob) take() bool {
+	j.claim.Lock()
+	defer j.claim.Unlock()
+	if j.withdrawn.Load() {
+		return false
+	}
+	j.taken.Store(true)
+	return true
+}
+
+// withdraw gives the job up; false if a batch took it already (then it may
+// have been stored).
+func (j *pushJob) withdraw() bool {
+	j.claim.Lock()
+	defer j.claim.Unlock()
+	if j.taken.Load() {
+		return false
+	}
+	j.withdrawn.Store(true)
+	return true
+}
+
+// ErrNotSent marks the error of a push that never reached the database:
+// its caller gave up before a transaction took it, so nothing of it can
+// have been stored.
+var ErrNotSent = errors.New("not sent to the database")
 
 type pushResult struct {
 	out []Outcome
@@ -44,20 +79,27 @@ type pushResult struct {
 }
 
 // Push stores msgs and returns an outcome per message, in order, once the
-// transaction that holds them committed.
+// transaction that holds them committed. An error wraps ErrNotSent when
+// nothing of the push reached the database; otherwise, if it is the
+// database out of reach (IsUnavailable), the push may have been stored.
+// An error of ctx ending is TimedOut's.
 func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	job := &pushJob{ctx: ctx, msgs: msgs, done: make(chan pushResult, 1)}
 	if err := s.pushes.Submit(ctx, job); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("push: %w: %w", ErrNotSent, TimedOut(ctx, err))
 	}
 	select {
 	case r := <-job.done:
 		if r.err == nil {
 			s.wakeLocally(msgs)
 		}
-		return r.out, r.err
+		return r.out, TimedOut(ctx, r.err)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		err := TimedOut(ctx, ctx.Err())
+		if job.withdraw() {
+			err = fmt.Errorf("push: %w: %w", ErrNotSent, err)
+		}
+		return nil, err
 	}
 }
 
@@ -83,8 +125,9 @@ func (s *Store) wakeLocally(msgs []Message) {
 // newPushScheduler is the group commit of pushes.
 func (s *Store) newPushScheduler() *groupcommit.Scheduler[*pushJob] {
 	return groupcommit.New(groupcommit.Config[*pushJob]{
-		Workers: pushWorkers, Depth: pushQueueDepth, MaxItems: maxFusedItems, MaxHold: maxHold, Timeout: fusedTxTimeout,
+		Workers: pushWorkers, Depth: pushQueueDepth, MaxItems: maxFusedItems, MaxHold: maxHold, Bound: s.Bound,
 		Context: func(j *pushJob) context.Context { return j.ctx },
+		Claim:   (*pushJob).take,
 		Weight:  func(j *pushJob) int { return len(j.msgs) },
 		Heavy:   touchesManyPartitions,
 		Run:     s.commitFused,
@@ -123,7 +166,7 @@ func (s *Store) commitFused(ctx context.Context, jobs []*pushJob) error {
 	out, err := s.pushTx(ctx, all)
 	telemetry.End(span, err)
 	if err != nil {
-		return err
+		return TimedOut(ctx, err)
 	}
 	for _, j := range jobs {
 		j.done <- pushResult{out: out[:len(j.msgs):len(j.msgs)]}

@@ -39,21 +39,43 @@ func (s *Store) Listen(ctx context.Context, onWake func(queue string), onConnect
 	}
 }
 
+// listenOnce listens on one connection until it fails. A connection that
+// stays silent is not taken for a quiet one: after a database timeout
+// without a notification it must answer a round trip within another, or
+// it is given up (a frozen server, or a partition that drops packets
+// without a word, which TCP would report only much later): a silent
+// listener is noticed within twice the database timeout.
 func (s *Store) listenOnce(ctx context.Context, onWake func(string), onConnect func()) error {
-	conn, err := pgx.ConnectConfig(ctx, s.listen.Copy())
+	bctx, cancel := s.Bound(ctx)
+	conn, err := pgx.ConnectConfig(bctx, s.listen.Copy())
+	if err == nil {
+		_, err = conn.Exec(bctx, "LISTEN "+WakeChannel)
+		if err != nil {
+			conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // reconnecting anyway
+		}
+	}
+	cancel()
 	if err != nil {
-		return err
+		return TimedOut(bctx, err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+WakeChannel); err != nil {
-		return err
-	}
+	defer closeQuietly(conn)
 	onConnect()
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		wctx, cancel := context.WithTimeout(ctx, s.timeout)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			onWake(n.Payload)
+		case ctx.Err() != nil || wctx.Err() == nil || conn.IsClosed():
 			return err
+		default: // silent for a while: still there?
+			pctx, cancel := s.Bound(ctx)
+			_, err := conn.Exec(pctx, "SELECT 1")
+			cancel()
+			if err != nil {
+				return TimedOut(pctx, err)
+			}
 		}
-		onWake(n.Payload)
 	}
 }

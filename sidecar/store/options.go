@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,6 +38,10 @@ type Options struct {
 	// ("queenside/<sidecar id>"), so that an operator, and the dashboard's
 	// cluster page, can tell the sidecars apart. "" is "queenside".
 	ApplicationName string
+	// Timeout bounds every call to the database (Bound) and the time a
+	// connection may take to open, and derives the guards that find a
+	// vanished peer (guards.go). 0 is DefaultTimeout.
+	Timeout time.Duration
 	// OnNotice, when set, receives the notices the server sends the
 	// pool's connections: diagnostics, such as what a Citus coordinator
 	// sends its workers under citus.log_remote_commands.
@@ -70,10 +75,22 @@ type connPlan struct {
 	onNotice   func(*pgconn.Notice)
 	mode       pgx.QueryExecMode
 	modeGiven  bool // by the options or the URL: leave the URL's alone
+	guards     guards
+	// pooled: a pooler may stand between the pool and PostgreSQL (a
+	// session URL is set apart), so the pool's connections carry no
+	// server settings, which a pooler would refuse.
+	pooled bool
 }
 
 func (o Options) plan() (connPlan, error) {
-	p := connPlan{name: o.ApplicationName, sessionURL: o.SessionURL, listenURL: o.ListenURL, onNotice: o.OnNotice}
+	p := connPlan{name: o.ApplicationName, sessionURL: o.SessionURL, listenURL: o.ListenURL, onNotice: o.OnNotice,
+		guards: guards{timeout: o.Timeout}, pooled: o.SessionURL != "" && o.SessionURL != o.URL}
+	if o.Timeout < 0 {
+		return p, fmt.Errorf("database timeout %v: want more than 0", o.Timeout)
+	}
+	if p.guards.timeout == 0 {
+		p.guards.timeout = DefaultTimeout
+	}
 	if p.name == "" {
 		p.name = applicationName
 	}
@@ -104,7 +121,7 @@ func (o Options) plan() (connPlan, error) {
 		switch {
 		case strings.Contains(o.URL, "default_query_exec_mode"):
 			p.modeGiven = true // pgx reads it from the URL
-		case o.SessionURL != "" && o.SessionURL != o.URL:
+		case p.pooled:
 			p.mode = pgx.QueryExecModeCacheDescribe
 		default:
 			p.mode = pgx.QueryExecModeCacheStatement
@@ -127,9 +144,10 @@ var queryExecModes = map[string]pgx.QueryExecMode{
 	"simple_protocol": pgx.QueryExecModeSimpleProtocol,
 }
 
-// apply sets the pool's size, exec mode and application name.
+// apply sets the pool's size, exec mode, application name and guards.
 func (p connPlan) apply(cfg *pgxpool.Config) {
 	cfg.MaxConns = int32(p.pool)
+	p.guards.apply(&cfg.ConnConfig.Config, !p.pooled)
 	if p.onNotice != nil {
 		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { p.onNotice(n) }
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -70,11 +71,11 @@ func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 		return nil, err
 	}
 	if len(shards) == 1 {
-		return pushThrough(ctx, s.pool, msgs, ids, shards, s.routed())
+		return s.pushThrough(ctx, s.pool, msgs, ids, shards)
 	}
 	var out []Outcome
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-		out, err = pushThrough(ctx, tx, msgs, ids, shards, s.routed())
+		out, err = s.pushThrough(ctx, tx, msgs, ids, shards)
 		return err
 	})
 	if err != nil {
@@ -112,7 +113,7 @@ func (s *Store) pushShards(ctx context.Context, msgs []Message) ([]int64, [][]in
 // all on its shard, so the outcomes are those of one call. A call routed
 // to its shard's worker (Citus) notifies no one: the caller wakes the
 // queues once it committed (wakeRouted).
-func pushThrough(ctx context.Context, q querier, msgs []Message, ids []int64, shards [][]int, routed bool) ([]Outcome, error) {
+func (s *Store) pushThrough(ctx context.Context, q querier, msgs []Message, ids []int64, shards [][]int) ([]Outcome, error) {
 	out := make([]Outcome, len(msgs))
 	for _, positions := range shards {
 		part, partIDs := msgs, ids
@@ -123,10 +124,10 @@ func pushThrough(ctx context.Context, q querier, msgs []Message, ids []int64, sh
 			}
 		}
 		call := newPushCall(part, partIDs)
-		if routed {
+		if s.routed() {
 			call.route = &call.ids[0]
 		}
-		res, err := call.run(ctx, q, part)
+		res, err := call.run(ctx, q, part, &s.dedup)
 		if err != nil {
 			return nil, err
 		}
@@ -139,14 +140,40 @@ func pushThrough(ctx context.Context, q querier, msgs []Message, ids []int64, sh
 
 // run stores the call's messages through q: the pool, where the statement
 // is its own transaction, or a transaction it is part of.
-func (c *pushCall) run(ctx context.Context, q querier, msgs []Message) ([]Outcome, error) {
+func (c *pushCall) run(ctx context.Context, q querier, msgs []Message, dedup *dedupStates) ([]Outcome, error) {
 	var r pushReply
 	err := q.QueryRow(ctx, pushSQL, c.args(msgs)...).Scan(
 		&r.at, &r.bases, &r.dedupOn, &r.dupPositions, &r.dupOffsets, &r.dupMessageIDs, &r.dupCommittedAt)
 	if err != nil {
 		return nil, fmt.Errorf("push: %w", err)
 	}
-	return c.outcomes(msgs, r)
+	out, err := c.outcomes(msgs, r)
+	if err == nil {
+		for k, start := range c.starts {
+			dedup.note(msgs[c.order[start-1]].Queue, r.dedupOn[k])
+		}
+	}
+	return out, err
+}
+
+// dedupStates holds, for each queue a push stored messages in, whether it
+// deduplicated then, as the database answered.
+type dedupStates struct{ m sync.Map }
+
+func (d *dedupStates) note(queue string, on bool) {
+	if was, ok := d.m.Load(queue); !ok || was.(bool) != on {
+		d.m.Store(queue, on)
+	}
+}
+
+// Deduplicates tells whether queue deduplicated at the last push this
+// store made to it; known is false before the first.
+func (s *Store) Deduplicates(queue string) (on, known bool) {
+	v, ok := s.dedup.m.Load(queue)
+	if !ok {
+		return false, false
+	}
+	return v.(bool), true
 }
 
 // pushCall is one call of queenside.push. The messages travel grouped by

@@ -28,6 +28,15 @@ const (
 // RetentionSession is a connection holding the janitors' advisory lock.
 type RetentionSession struct {
 	conn *pgx.Conn
+	// limit bounds a batch's call here as the statement timeout bounds it
+	// on the server, plus the database timeout for the answer to come
+	// back: a server that stops answering does not hold the round.
+	limit time.Duration
+}
+
+// bound bounds one call of the session.
+func (r *RetentionSession) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.limit)
 }
 
 // Budget bounds one batch: about so many segments or messages (at least
@@ -67,6 +76,8 @@ type OrphanBatch struct {
 // transaction pooler). ok is false, with no session, when another janitor
 // holds it.
 func (s *Store) LockRetention(ctx context.Context) (_ *RetentionSession, ok bool, err error) {
+	ctx, cancel := s.Bound(ctx)
+	defer cancel()
 	conn, err := s.connectSession(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("retention: %w", err)
@@ -80,7 +91,7 @@ func (s *Store) LockRetention(ctx context.Context) (_ *RetentionSession, ok bool
 		closeQuietly(conn)
 		return nil, false, nil
 	}
-	r := &RetentionSession{conn: conn}
+	r := &RetentionSession{conn: conn, limit: retentionStatementTimeout + s.timeout}
 	_, err = conn.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d; SET lock_timeout = %d",
 		retentionStatementTimeout.Milliseconds(), retentionLockTimeout.Milliseconds()))
 	if err != nil {
@@ -110,6 +121,8 @@ func closeQuietly(conn *pgx.Conn) {
 // ExpireSegments deletes the segments the retention rules allow, from
 // partition from on, within b.
 func (r *RetentionSession) ExpireSegments(ctx context.Context, from int64, b Budget) (ExpireBatch, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	var out ExpireBatch
 	err := r.conn.QueryRow(ctx, "SELECT next_from, segments, messages, orphaned FROM queenside.expire_segments($1, $2, $3)",
 		from, b.Segments, b.Messages).Scan(&out.Next, &out.Segments, &out.Messages, &out.Orphaned)
@@ -122,6 +135,8 @@ func (r *RetentionSession) ExpireSegments(ctx context.Context, from int64, b Bud
 // PurgeDedup deletes the due dedup rows of retained messages, from
 // partition from on, within b.
 func (r *RetentionSession) PurgeDedup(ctx context.Context, from int64, b Budget) (DedupBatch, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	var out DedupBatch
 	err := r.conn.QueryRow(ctx, "SELECT next_from, segments, messages, hashes FROM queenside.purge_dedup($1, $2, $3)",
 		from, b.Segments, b.Messages).Scan(&out.Next, &out.Segments, &out.Messages, &out.Hashes)
@@ -133,6 +148,8 @@ func (r *RetentionSession) PurgeDedup(ctx context.Context, from int64, b Budget)
 
 // PurgeOrphanHashes deletes the due dedup rows of deleted messages, within b.
 func (r *RetentionSession) PurgeOrphanHashes(ctx context.Context, b Budget) (OrphanBatch, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	var out OrphanBatch
 	err := r.conn.QueryRow(ctx, "SELECT segments, hashes, more FROM queenside.purge_orphan_hashes($1, $2)",
 		b.Segments, b.Messages).Scan(&out.Segments, &out.Hashes, &out.More)

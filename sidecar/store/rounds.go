@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -116,12 +115,16 @@ func (s *Store) round(ctx context.Context, job *roundJob) (roundResult, error) {
 	}
 	select {
 	case r := <-job.done:
+		r.err = TimedOut(ctx, r.err)
+		for i := range r.popErrs {
+			r.popErrs[i] = TimedOut(ctx, r.popErrs[i])
+		}
 		return r, nil
 	case <-ctx.Done():
 		if job.pops != nil {
 			go s.releaseUnsent(job)
 		}
-		return roundResult{}, ctx.Err()
+		return roundResult{}, TimedOut(ctx, ctx.Err())
 	}
 }
 
@@ -138,7 +141,7 @@ func (s *Store) releaseUnsent(job *roundJob) {
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := s.Bound(context.Background())
 	defer cancel()
 	if _, err := s.Release(ctx, ids); err != nil {
 		s.log.Warn("could not release the leases of a departed pop; they will expire", "error", err)
@@ -148,7 +151,7 @@ func (s *Store) releaseUnsent(job *roundJob) {
 // newRoundScheduler is the group commit of pops and acks.
 func (s *Store) newRoundScheduler() *groupcommit.Scheduler[*roundJob] {
 	return groupcommit.New(groupcommit.Config[*roundJob]{
-		Workers: roundWorkers, Depth: roundQueueDepth, MaxItems: maxRoundItems, MaxHold: maxHold, Timeout: fusedTxTimeout,
+		Workers: roundWorkers, Depth: roundQueueDepth, MaxItems: maxRoundItems, MaxHold: maxHold, Bound: s.Bound,
 		Context: func(j *roundJob) context.Context { return j.ctx },
 		Weight:  (*roundJob).weight,
 		Heavy: func(jobs []*roundJob) bool {
@@ -174,7 +177,7 @@ func (s *Store) newRoundScheduler() *groupcommit.Scheduler[*roundJob] {
 			})
 			telemetry.End(span, err)
 			if err != nil {
-				return err
+				return TimedOut(ctx, err)
 			}
 			for i, j := range jobs {
 				j.done <- answers[i]

@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,6 +28,9 @@ type Store struct {
 	listen    *pgx.ConnConfig
 	localWake func(queue string) // see OnLocalPush
 	log       hclog.Logger
+	timeout   time.Duration // see Bound
+	timeouts  atomic.Uint64 // calls Bound ended
+	dedup     dedupStates   // see Deduplicates
 	parts     idCache[partitionKey, int64]
 	groups    idCache[groupKey, groupIDs]
 	layout    layout
@@ -62,20 +66,21 @@ func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	session, err := connConfig(plan.sessionURL, plan.name)
+	session, err := plan.connConfig(plan.sessionURL)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open store: parse session database url: %w", err)
 	}
 	var listen *pgx.ConnConfig
 	if plan.listenURL != "" {
-		if listen, err = connConfig(plan.listenURL, plan.name); err != nil {
+		if listen, err = plan.connConfig(plan.listenURL); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("open store: parse listen database url: %w", err)
 		}
 	}
 	workers, stop := context.WithCancel(context.Background())
-	s := &Store{pool: pool, session: session, listen: listen, log: log, trips: trips, stop: stop, wakes: newWakeSender()}
+	s := &Store{pool: pool, session: session, listen: listen, log: log, timeout: plan.guards.timeout,
+		trips: trips, stop: stop, wakes: newWakeSender()}
 	s.pushes, s.rounds = s.newPushScheduler(), s.newRoundScheduler()
 	s.pushes.Start(workers)
 	s.rounds.Start(workers)
@@ -99,13 +104,15 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	return schema.MigrateVersions(ctx, conn)
 }
 
-// connConfig is url's configuration for a connection of its own.
-func connConfig(url, name string) (*pgx.ConnConfig, error) {
+// connConfig is url's configuration for a connection of its own, to
+// PostgreSQL itself.
+func (p connPlan) connConfig(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
-	cfg.RuntimeParams["application_name"] = name
+	cfg.RuntimeParams["application_name"] = p.name
+	p.guards.apply(&cfg.Config, true)
 	return cfg, nil
 }
 

@@ -79,7 +79,7 @@ func (s *Store) transaction(ctx context.Context, acks []protocol.AckItem, msgs [
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	var outcomes []Outcome
 	if len(msgs) > 0 {
-		if outcomes, err = pushThrough(ctx, tx, msgs, ids, shards, s.routed()); err != nil {
+		if outcomes, err = s.pushThrough(ctx, tx, msgs, ids, shards); err != nil {
 			return ackRes, nil, err
 		}
 	}

@@ -14,12 +14,15 @@ import (
 )
 
 // IsUnavailable reports whether err means PostgreSQL could not be reached
-// (refused, reset, shut down), as opposed to an error in what was asked.
-// Only such failures may be retried elsewhere or spooled: replaying a data
-// error would fail forever.
+// (refused, reset, shut down, or silent past the database timeout), as
+// opposed to an error in what was asked. Only such failures may be retried
+// elsewhere or spooled: replaying a data error would fail forever.
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
+	}
+	if AsTimeout(err) != nil {
+		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,11 +17,6 @@ import (
 // commit while one is being sent go together in the next, one statement: a
 // call never waits for its wake-up, and the coordinator commits one
 // notifying transaction at a time, not one a call.
-
-// wakeTimeout bounds one notifying statement. A wake-up lost (the database
-// out of reach) only delays waiting pops until they look again, within a
-// second.
-const wakeTimeout = 5 * time.Second
 
 type wakeSender struct {
 	mu     sync.Mutex
@@ -105,7 +99,9 @@ func (s *Store) sendWakes(ctx context.Context) {
 		clear(w.queues)
 		clear(w.groups)
 		w.mu.Unlock()
-		sctx, cancel := context.WithTimeout(ctx, wakeTimeout)
+		// A wake-up lost (the database out of reach) only delays waiting
+		// pops until they look again, within a second.
+		sctx, cancel := s.Bound(ctx)
 		err := s.notify(sctx, queues, groups)
 		cancel()
 		if err != nil && ctx.Err() == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -42,6 +43,12 @@ func healthCommand() *cli.Command {
 				}
 				fmt.Printf("status     %s\ndatabase   %s (%.2f ms)\nspool      %s\nversion    %s\nuptime     %.0f s\n",
 					h.Status, db, h.Database.LatencyMs, spooled, h.Version, h.UptimeSeconds)
+				if why := spoolCauses[h.Spool.Cause]; why != "" {
+					fmt.Printf("spooling   %s\n", why)
+				}
+				if len(h.Spool.Spooled) > 0 {
+					fmt.Printf("spooled    %s since start\n", spooledCounts(h.Spool.Spooled))
+				}
 				for _, w := range h.Spool.Warnings {
 					fmt.Printf("warning    %s\n", w)
 				}
@@ -52,4 +59,22 @@ func healthCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// spoolCauses says in words why pushes go to the spool.
+var spoolCauses = map[string]string{
+	protocol.SpoolCauseTimeout:     "pushes go to the spool: PostgreSQL did not answer within --database-timeout (a frozen host or a network partition)",
+	protocol.SpoolCauseRefused:     "pushes go to the spool: PostgreSQL refused or reset the connection",
+	protocol.SpoolCauseMaintenance: "pushes go to the spool: push maintenance is on",
+}
+
+// spooledCounts lists the items spooled by cause, in a fixed order.
+func spooledCounts(byCause map[string]uint64) string {
+	var parts []string
+	for _, c := range protocol.SpoolCauses {
+		if n := byCause[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d (%s)", n, c))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -56,6 +56,7 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.BoolFlag{Name: "pprof", Usage: "serve Go's profiling endpoints under /debug/pprof/ on --http-addr"},
 		&cli.StringFlag{Name: "session-database-url", Usage: "PostgreSQL itself, not a transaction pooler, for the janitor's advisory lock, migrations and LISTEN (default: --database-url)", EnvVars: []string{"QUEENSIDE_SESSION_DATABASE_URL"}},
 		&cli.StringFlag{Name: "listen-database-url", Usage: "where the notification listener connects (default: --session-database-url); \"none\": no listener, waiting pops look every second", EnvVars: []string{"QUEENSIDE_LISTEN_DATABASE_URL"}},
+		&cli.DurationFlag{Name: "database-timeout", Value: store.DefaultTimeout, Usage: "bound on every call to PostgreSQL and on opening a connection: a push not committed in time is spooled, other calls answer unavailable; derives the guards that find a vanished peer on both ends", EnvVars: []string{"QUEENSIDE_DATABASE_TIMEOUT"}},
 		&cli.IntFlag{Name: "database-connections", Value: store.DefaultConnections, Usage: "PostgreSQL connections this sidecar opens at most, all told: the pool gets what the session connection and the listener leave", EnvVars: []string{"QUEENSIDE_DATABASE_CONNECTIONS"}},
 		&cli.DurationFlag{Name: "history-interval", Value: history.DefaultInterval, Usage: "time between two samples of the dashboard's history, which needs --http-addr and reads every queue's counters from the database in one statement (0: keep no history)", EnvVars: []string{"QUEENSIDE_HISTORY_INTERVAL"}},
 		&cli.StringFlag{Name: "query-exec-mode", Value: store.QueryModeAuto, Usage: "how statements are sent: auto (cache_describe when --session-database-url is set apart, as behind PgBouncer; else cache_statement), cache_statement, cache_describe, describe_exec, exec, simple_protocol", EnvVars: []string{"QUEENSIDE_QUERY_EXEC_MODE"}},
@@ -76,6 +77,9 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 	}
 	if d := c.Duration("history-interval"); d < 0 {
 		return sidecar.Config{}, fmt.Errorf("--history-interval %v: want 0 (no history) or more", d)
+	}
+	if d := c.Duration("database-timeout"); d < 100*time.Millisecond {
+		return sidecar.Config{}, fmt.Errorf("--database-timeout %v: want 100ms or more", d)
 	}
 	if d := c.Duration("retention-interval"); d < 0 {
 		return sidecar.Config{}, fmt.Errorf("--retention-interval %v: want 0 (off) or more", d)
@@ -116,6 +120,7 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 			SessionURL:    c.String("session-database-url"),
 			ListenURL:     c.String("listen-database-url"),
 			Connections:   c.Int("database-connections"),
+			Timeout:       c.Duration("database-timeout"),
 			QueryExecMode: c.String("query-exec-mode"),
 		},
 	}, nil

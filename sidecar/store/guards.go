@@ -1,0 +1,109 @@
+package store
+
+import (
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sys/unix"
+)
+
+// Guards on every connection, so that a peer that vanished without a word
+// (a frozen host, a partition dropping packets) is found and let go of on
+// both ends within a bound derived from the database timeout T:
+//
+//   - here, connecting takes at most T; TCP keepalive probes an idle
+//     connection after T and gives up after five unanswered probes T/5
+//     apart (2T in all); and TCP_USER_TIMEOUT ends a connection whose sent
+//     data stays unacknowledged for T. A call in flight is ended sooner,
+//     by Bound, and pgx then closes its connection: it is never reused.
+//   - on PostgreSQL, the same keepalive and user timeout on its end of the
+//     socket, so that the session of a sidecar partitioned away ends within
+//     2T and frees its locks (the janitor's advisory lock among them);
+//     idle_in_transaction_session_timeout ends a transaction left open
+//     between two statements for T, freeing its partition and cursor row
+//     locks; and client_connection_check_interval makes a statement that
+//     runs on (say, waiting for a lock) notice within T/5 that its client
+//     has hung up, rather than finish for no one.
+//
+// The server's settings go as startup parameters, which a connection
+// pooler refuses (PgBouncer: "unsupported startup parameter"): they are
+// sent on the pool's connections only when no pooler is in the path (no
+// session URL set apart), and always on the session and listener
+// connections, which must reach PostgreSQL itself. Behind a pooler, its own
+// settings play that part (README, Operations: "Connections").
+type guards struct {
+	timeout time.Duration
+}
+
+// keepaliveProbes is how many unanswered keepalive probes end a connection.
+const keepaliveProbes = 5
+
+// probeInterval is the time between two keepalive probes, and between two
+// looks of a running statement at its client: T/5, at least a second (the
+// unit of PostgreSQL's keepalive settings).
+func (g guards) probeInterval() time.Duration {
+	return max(g.timeout/keepaliveProbes, time.Second).Truncate(time.Second)
+}
+
+// DeadPeerBound is how long a connection whose peer vanished lives on at
+// most, on either end: the keepalive's idle time and its probes.
+func DeadPeerBound(timeout time.Duration) time.Duration {
+	g := guards{timeout}
+	return g.timeout.Truncate(time.Second) + keepaliveProbes*g.probeInterval()
+}
+
+// apply sets the client-side guards on cfg, and the server-side ones when
+// serverSide (the connection reaches PostgreSQL itself). Settings the URL
+// gives are kept.
+func (g guards) apply(cfg *pgconn.Config, serverSide bool) {
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = g.timeout
+	}
+	dialer := &net.Dialer{
+		Timeout: cfg.ConnectTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: g.timeout, Interval: g.probeInterval(), Count: keepaliveProbes,
+		},
+		Control: g.control,
+	}
+	cfg.DialFunc = dialer.DialContext // the multi-host fallbacks' too
+	if !serverSide {
+		return
+	}
+	secs := func(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
+	millis := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	for name, value := range map[string]string{
+		"idle_in_transaction_session_timeout": millis(g.timeout),
+		"tcp_keepalives_idle":                 secs(max(g.timeout, time.Second)),
+		"tcp_keepalives_interval":             secs(g.probeInterval()),
+		"tcp_keepalives_count":                strconv.Itoa(keepaliveProbes),
+		"tcp_user_timeout":                    millis(g.timeout),
+		"client_connection_check_interval":    millis(g.probeInterval()),
+	} {
+		if _, given := cfg.RuntimeParams[name]; !given {
+			cfg.RuntimeParams[name] = value
+		}
+	}
+}
+
+// control sets TCP_USER_TIMEOUT on a TCP socket before it connects: sent
+// data unacknowledged for the timeout ends the connection, where Linux
+// would otherwise retransmit for about fifteen minutes.
+func (g guards) control(network, _ string, rc syscall.RawConn) error {
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+	default:
+		return nil // a Unix socket has no peer to lose
+	}
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(g.timeout.Milliseconds()))
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
