@@ -17,7 +17,7 @@ func (s *Server) toProtocolError(err error) *protocol.Error {
 	case errors.As(err, &pe):
 		return pe
 	case store.AsTimeout(err) != nil:
-		s.log.Warn("database unavailable", "error", err)
+		s.suspectDatabase(err)
 		return protocol.Errorf(protocol.CodeUnavailable, "database unavailable: %v", store.AsTimeout(err))
 	case errors.Is(err, context.DeadlineExceeded):
 		return protocol.Errorf(protocol.CodeDeadlineExceeded, "%v", err)
@@ -30,9 +30,20 @@ func (s *Server) toProtocolError(err error) *protocol.Error {
 	case errors.Is(err, store.ErrMessageTooLarge):
 		return protocol.Errorf(protocol.CodeOverloaded, "%v; raise --max-frame-bytes", err)
 	case store.IsUnavailable(err):
-		s.log.Warn("database unavailable", "error", err)
+		s.suspectDatabase(err)
 		return protocol.Errorf(protocol.CodeUnavailable, "database unavailable: %v", err)
 	}
 	s.log.Error("request failed", "error", err)
 	return protocol.Errorf(protocol.CodeInternal, "%v", err)
+}
+
+// suspectDatabase logs a call that found the database out of reach, and
+// has the spool's replayer check at once whether it answers: if not, the
+// pushes that follow go straight to the spool instead of each waiting out
+// the database timeout.
+func (s *Server) suspectDatabase(err error) {
+	s.log.Warn("database unavailable", "error", err)
+	if s.buffer != nil {
+		s.buffer.Suspect()
+	}
 }

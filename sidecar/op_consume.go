@@ -189,7 +189,7 @@ func (s *Server) ack(ctx context.Context, items []protocol.AckItem) (protocol.Ac
 	res, err := s.store.Ack(ctx, items)
 	if store.IsUnavailable(err) && (ctx.Err() == nil || store.AsTimeout(err) != nil) {
 		// One transaction: nothing moved, and every item says why.
-		s.log.Warn("database unavailable", "error", err)
+		s.suspectDatabase(err)
 		res = protocol.AckResult{Results: make([]protocol.AckItemResult, len(items)), Leases: []protocol.LeaseState{}}
 		for i := range res.Results {
 			res.Results[i] = protocol.AckItemResult{Index: i, Code: string(protocol.CodeUnavailable)}

@@ -24,8 +24,17 @@ func (s *Store) Listen(ctx context.Context, onWake func(queue string), onConnect
 		return
 	}
 	backoff := 100 * time.Millisecond
+	lost := false
+	connected := func() {
+		if lost {
+			s.log.Info("notification listener connected again")
+			lost, backoff = false, 100*time.Millisecond
+		}
+		onConnect()
+	}
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, onWake, onConnect)
+		err := s.listenOnce(ctx, onWake, connected)
+		lost = true
 		if ctx.Err() != nil {
 			return
 		}
