@@ -223,3 +223,34 @@ func TestAFailedBatchIsRunRequestByRequest(t *testing.T) {
 		}
 	}
 }
+
+// A request its caller withdrew before a batch took it is left out of the
+// batch and answered by no one; the others of the batch run.
+func TestWithdrawnRequestIsNotRun(t *testing.T) {
+	r := &recorder{gate: make(chan struct{}), started: make(chan struct{}, 4)}
+	cfg := r.config(1, 100)
+	withdrawn := map[string]bool{"b": true}
+	cfg.Claim = func(j *job) bool { return !withdrawn[j.name] }
+	s := start(t, cfg)
+	first := newJob("first")
+	s.Submit(context.Background(), first) //nolint:errcheck // never refused here
+	<-r.started
+	later := []*job{newJob("a"), newJob("b"), newJob("c")}
+	for _, j := range later {
+		s.Submit(context.Background(), j) //nolint:errcheck
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(r.gate)
+	answer(t, first)
+	if a, c := answer(t, later[0]), answer(t, later[2]); a != "batch 1" || c != "batch 1" {
+		t.Fatalf("a: %s, c: %s", a, c)
+	}
+	if !slices.Equal(r.batches[0], []string{"a", "c"}) {
+		t.Fatalf("batch %v: want the withdrawn request left out", r.batches[0])
+	}
+	select {
+	case a := <-later[1].done:
+		t.Fatalf("the withdrawn request was answered %q", a)
+	default:
+	}
+}

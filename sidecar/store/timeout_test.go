@@ -1,0 +1,136 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queenside/queenside/sidecar/pgserver"
+	"github.com/queenside/queenside/sidecar/pgtest"
+)
+
+// The guards go on every connection that reaches PostgreSQL itself, and
+// not on the pool's when a pooler may stand in between (it would refuse
+// them); a setting the URL gives is kept.
+func TestGuardsOnTheConnections(t *testing.T) {
+	const direct, bouncer = "postgres://u@db:5432/q", "postgres://u@bouncer:6432/q?options=x&idle_in_transaction_session_timeout=60000"
+	for _, c := range []struct {
+		name       string
+		opts       Options
+		poolGuards bool
+	}{
+		{"direct", Options{URL: direct, Timeout: 3 * time.Second}, true},
+		{"behind a pooler", Options{URL: bouncer, SessionURL: direct, Timeout: 3 * time.Second}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := c.opts.plan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool, err := pgxpool.ParseConfig(c.opts.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.apply(pool)
+			session, err := p.connConfig(p.sessionURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, cfg := range map[string]*pgx.ConnConfig{"pool": pool.ConnConfig, "session": session} {
+				if cfg.ConnectTimeout != 3*time.Second || cfg.DialFunc == nil {
+					t.Fatalf("%s: connect timeout %v", name, cfg.ConnectTimeout)
+				}
+				_, guarded := cfg.RuntimeParams["tcp_user_timeout"]
+				if want := name == "session" || c.poolGuards; guarded != want {
+					t.Fatalf("%s: server guards %v, want %v: %v", name, guarded, want, cfg.RuntimeParams)
+				}
+				if guarded && (cfg.RuntimeParams["idle_in_transaction_session_timeout"] != "3000" ||
+					cfg.RuntimeParams["tcp_keepalives_idle"] != "3" || cfg.RuntimeParams["tcp_keepalives_interval"] != "1" ||
+					cfg.RuntimeParams["tcp_keepalives_count"] != "5" || cfg.RuntimeParams["client_connection_check_interval"] != "1000") {
+					t.Fatalf("%s: %v", name, cfg.RuntimeParams)
+				}
+			}
+		})
+	}
+	if b := DeadPeerBound(5 * time.Second); b != 10*time.Second {
+		t.Fatalf("DeadPeerBound(5s) = %v, want 10s", b)
+	}
+	if _, err := (Options{URL: direct, Timeout: -time.Second}).plan(); err == nil {
+		t.Fatal("a negative timeout was taken")
+	}
+}
+
+// On a frozen server: a call ends at the bound with a *TimeoutError, which
+// counts as the database out of reach; a push still waiting for the group
+// commit when its caller gives up was never sent (ErrNotSent); each is
+// counted. The server applied the guards to the session.
+func TestCallsOnAFrozenServerEndAtTheBound(t *testing.T) {
+	if pgtest.Citus() {
+		t.Skip("skipped on Citus: one server is frozen here")
+	}
+	dir := t.TempDir()
+	for _, p := range []string{dir, filepath.Dir(dir)} {
+		os.Chmod(p, 0o755) //nolint:errcheck // pgserver falls back to /var/tmp
+	}
+	ctx := context.Background()
+	pg, err := pgserver.Start(ctx, pgserver.Options{Dir: dir, Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Stop("immediate") }) //nolint:errcheck // cleanup
+	const timeout = 500 * time.Millisecond
+	s, err := OpenWith(ctx, Options{URL: pg.URL("postgres"), Timeout: timeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var idle string
+	if err := s.pool.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&idle); err != nil || idle != "500ms" {
+		t.Fatalf("idle_in_transaction_session_timeout is %q (%v), want 500ms", idle, err)
+	}
+	if _, err := s.Push(ctx, messages("p", "warm", 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := pg.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Thaw() //nolint:errcheck // the test's end
+	bctx, cancel := s.Bound(ctx)
+	began := time.Now()
+	_, err = s.Ping(bctx)
+	err = TimedOut(bctx, err)
+	cancel()
+	if AsTimeout(err) == nil || !IsUnavailable(err) || time.Since(began) > timeout+time.Second {
+		t.Fatalf("a ping of a frozen server: %v after %v; want a *TimeoutError at %v", err, time.Since(began), timeout)
+	}
+	// Every push worker busy on the frozen server; then a push whose
+	// caller gives up before one is free.
+	for range pushWorkers {
+		go func() {
+			bctx, cancel := s.Bound(ctx)
+			defer cancel()
+			s.Push(bctx, messages("p", "stuck", 1)) //nolint:errcheck // timing out is the point
+		}()
+		time.Sleep(30 * time.Millisecond) // past the group commit's hold: a batch each
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = s.Push(wctx, messages("p", "withdrawn", 1))
+	cancel()
+	if !errors.Is(err, ErrNotSent) {
+		t.Fatalf("a push that never left the group commit: %v; want ErrNotSent", err)
+	}
+	time.Sleep(timeout)
+	if n := s.Timeouts(); n < 2 {
+		t.Fatalf("%d calls counted as timed out; want the ping and the stuck pushes", n)
+	}
+}
