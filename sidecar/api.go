@@ -283,6 +283,12 @@ func (s *Server) apiSpool(w http.ResponseWriter, _ *http.Request) {
 		if b.Warnings != nil {
 			res["warnings"] = b.Warnings
 		}
+		if cause := s.spoolingCause(b); cause != "" {
+			res["cause"] = cause
+		}
+		if spooled := s.metrics.spooledByCause(); spooled != nil {
+			res["spooled"] = spooled
+		}
 	}
 	writeJSON(w, http.StatusOK, res)
 }

@@ -154,11 +154,17 @@ func (m *metrics) spooled(cause string, n int) {
 	}
 }
 
-// spooledByCause is what spooled counted, by cause.
+// spooledByCause is what spooled counted, by cause; nil while nothing was
+// spooled.
 func (m *metrics) spooledByCause() map[string]uint64 {
-	out := make(map[string]uint64, len(protocol.SpoolCauses))
+	var out map[string]uint64
 	for i, c := range protocol.SpoolCauses {
-		out[c] = m.spooledBy[i].Load()
+		if n := m.spooledBy[i].Load(); n > 0 {
+			if out == nil {
+				out = make(map[string]uint64, len(protocol.SpoolCauses))
+			}
+			out[c] = n
+		}
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/buffer"
 )
 
 // healthTimeout bounds the database round trip of a health check, so that a
@@ -46,18 +47,7 @@ func (s *Server) Health(ctx context.Context) protocol.HealthResult {
 	if s.buffer != nil {
 		b := s.buffer.Stats()
 		h.Spool = protocol.SpoolHealth{Records: int64(b.Records), Bytes: b.Bytes, Replaying: b.Replaying, Warnings: b.Warnings,
-			Cause: b.DownCause}
-		if s.control.pushMaintenance() {
-			h.Spool.Cause = protocol.SpoolCauseMaintenance
-		}
-		for cause, n := range s.metrics.spooledByCause() {
-			if n > 0 {
-				if h.Spool.Spooled == nil {
-					h.Spool.Spooled = map[string]uint64{}
-				}
-				h.Spool.Spooled[cause] = n
-			}
-		}
+			Cause: s.spoolingCause(b), Spooled: s.metrics.spooledByCause()}
 		if !b.Oldest.IsZero() {
 			oldest := b.Oldest.UTC()
 			h.Spool.OldestAt = &oldest
@@ -67,3 +57,12 @@ func (s *Server) Health(ctx context.Context) protocol.HealthResult {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// spoolingCause says why pushes go to the spool now (a
+// protocol.SpoolCause*), "" while they go to PostgreSQL.
+func (s *Server) spoolingCause(b buffer.Stats) string {
+	if s.control.pushMaintenance() {
+		return protocol.SpoolCauseMaintenance
+	}
+	return b.DownCause
+}

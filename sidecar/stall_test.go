@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,6 +151,15 @@ func TestPushesDuringAStallAreBufferedWithinTheBoundAndStoredOnce(t *testing.T) 
 		h := sc.health(t)
 		return h.Status == protocol.HealthUnavailable && h.Spool.Cause == protocol.SpoolCauseTimeout && h.Spool.Spooled[protocol.SpoolCauseTimeout] > 0
 	})
+	// The dashboard's Spool page reads the same.
+	var spool struct {
+		Cause   string
+		Spooled map[string]int
+	}
+	body := sc.httpGet(t, "/api/spool")
+	if err := json.Unmarshal([]byte(body), &spool); err != nil || spool.Cause != "timeout" || spool.Spooled["timeout"] == 0 {
+		t.Fatalf("/api/spool during the stall: %s", body)
+	}
 	time.Sleep(time.Until(frozen.Add(6 * time.Second)))
 	if err := pg.Thaw(); err != nil {
 		t.Fatal(err)

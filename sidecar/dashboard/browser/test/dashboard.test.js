@@ -495,6 +495,11 @@ test('push maintenance from the cluster page: pushes are spooled, and replayed w
     await spool.waitForFunction(() => Number(document.querySelector('[data-stat=records]')?.dataset.value) > 0, { timeout: 10_000 });
     await spool.waitForSelector('#maintenance-banner:not([hidden]) [data-maintenance=push]');
     assert.match(await text(spool, '#maintenance-banner'), /every sidecar spools pushes instead of storing them/);
+    // it says why pushes are spooled, and counts them by cause
+    await spool.waitForSelector('#spool-cause [data-cause=maintenance]');
+    assert.match(await text(spool, '#spool-cause'), /push maintenance is on/);
+    await spool.waitForFunction((n) => Number(document.querySelector('[data-spooled=maintenance]')?.dataset.value) > n,
+      { timeout: 10_000 }, (before.spooled || {}).maintenance || 0);
 
     // a click in a background tab never lands: the cluster page comes first again
     await page.bringToFront();
@@ -510,6 +515,7 @@ test('push maintenance from the cluster page: pushes are spooled, and replayed w
   await waitValue(spool, '[data-stat=records]', 0);
   await spool.waitForFunction((n) => Number(document.querySelector('[data-stat=replayed]')?.dataset.value) > n, { timeout: 10_000 }, before.replayed);
   await spool.waitForSelector('#maintenance-banner[hidden]');
+  await spool.waitForFunction(() => !document.querySelector('#spool-cause [data-cause]'), { timeout: 10_000 });
   const popped = await client.pop(q, { group: 'workers', batch: 10, waitMs: 5000, autoAck: true });
   assert.equal(popped.messages.length, 1);
   assert.deepEqual(popped.messages[0].payload, { spooled: true });
