@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,34 +38,24 @@ type pushJob struct {
 	ctx  context.Context
 	msgs []Message
 	done chan pushResult // buffered: the worker never blocks on a departed caller
-	// taken by a batch about to send it, or withdrawn by a caller that
-	// gave up first (see groupcommit.Config.Claim); one of the two only.
-	taken, withdrawn atomic.Bool
-	claim            sync.Mutex
+	// claim is waiting, then taken by a batch about to send it or
+	// withdrawn by a caller that gave up first, never both (see
+	// groupcommit.Config.Claim).
+	claim atomic.Int32
 }
 
+const (
+	jobWaiting int32 = iota
+	jobTaken
+	jobWithdrawn
+)
+
 // take claims the job for a batch; false if its caller withdrew it.
-func (j *pushJob) take() bool {
-	j.claim.Lock()
-	defer j.claim.Unlock()
-	if j.withdrawn.Load() {
-		return false
-	}
-	j.taken.Store(true)
-	return true
-}
+func (j *pushJob) take() bool { return j.claim.CompareAndSwap(jobWaiting, jobTaken) }
 
 // withdraw gives the job up; false if a batch took it already (then it may
 // have been stored).
-func (j *pushJob) withdraw() bool {
-	j.claim.Lock()
-	defer j.claim.Unlock()
-	if j.taken.Load() {
-		return false
-	}
-	j.withdrawn.Store(true)
-	return true
-}
+func (j *pushJob) withdraw() bool { return j.claim.CompareAndSwap(jobWaiting, jobWithdrawn) }
 
 // ErrNotSent marks the error of a push that never reached the database:
 // its caller gave up before a transaction took it, so nothing of it can
