@@ -80,6 +80,10 @@ type Link struct {
 	net                  *Net
 	hostIf, serverIf     string
 	HostAddr, ServerAddr string
+
+	subnet    string // the first three bytes of the link's addresses
+	serverMAC string // the server end's hardware address, written in on this side
+	extra     int    // server addresses added beyond ServerAddr
 }
 
 // Link adds a link. Addresses are 10.x.y.1 (this side) and 10.x.y.2 (the
@@ -98,7 +102,7 @@ func (n *Net) Link() (*Link, error) {
 		}
 		n.net = 64 + rand.IntN(128)
 	}
-	l.HostAddr, l.ServerAddr = subnet+".1", subnet+".2"
+	l.subnet, l.HostAddr, l.ServerAddr = subnet, subnet+".1", subnet+".2"
 	steps := [][]string{
 		{"link", "add", l.hostIf, "type", "veth", "peer", "name", l.serverIf, "netns", n.name},
 		{"addr", "add", l.HostAddr + "/24", "dev", l.hostIf},
@@ -116,10 +120,9 @@ func (n *Net) Link() (*Link, error) {
 	// no failed resolution to report, only silence.
 	hostMAC, err := mac("", l.hostIf)
 	if err == nil {
-		var serverMAC string
-		if serverMAC, err = mac(n.name, l.serverIf); err == nil {
+		if l.serverMAC, err = mac(n.name, l.serverIf); err == nil {
 			err = errors.Join(
-				ip("neigh", "replace", l.ServerAddr, "lladdr", serverMAC, "nud", "permanent", "dev", l.hostIf),
+				ip("neigh", "replace", l.ServerAddr, "lladdr", l.serverMAC, "nud", "permanent", "dev", l.hostIf),
 				ip("-n", n.name, "neigh", "replace", l.HostAddr, "lladdr", hostMAC, "nud", "permanent", "dev", l.serverIf))
 		}
 	}
@@ -129,6 +132,26 @@ func (n *Net) Link() (*Link, error) {
 	}
 	n.links = append(n.links, l)
 	return l, nil
+}
+
+// AddServerAddr gives the server's end of the link one more address on
+// the link's network (10.x.y.3, then .4...) and returns it: a second
+// server in the namespace, on the same port as the first (a standby),
+// listens there. Its neighbour is written in for good as ServerAddr's is,
+// so a cut silences it too.
+func (l *Link) AddServerAddr() (string, error) {
+	l.net.mu.Lock()
+	defer l.net.mu.Unlock()
+	addr := fmt.Sprintf("%s.%d", l.subnet, 3+l.extra)
+	if err := ip("-n", l.net.name, "addr", "add", addr+"/24", "dev", l.serverIf); err != nil {
+		return "", err
+	}
+	if err := ip("neigh", "replace", addr, "lladdr", l.serverMAC, "nud", "permanent", "dev", l.hostIf); err != nil {
+		ip("-n", l.net.name, "addr", "del", addr+"/24", "dev", l.serverIf) //nolint:errcheck // best effort: the address is not handed out
+		return "", err
+	}
+	l.extra++
+	return addr, nil
 }
 
 // Cut drops everything sent over the link, both ways, without an error.

@@ -3,7 +3,9 @@ package netns_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +88,33 @@ func TestCutLinkIsSilentAndHeals(t *testing.T) {
 		t.Fatalf("after healing: %v", err)
 	}
 	c2.Close(ctx)
+}
+
+// A second server address on a link is on the server's end of it, in the
+// namespace, on the link's network: a standby listens there beside its
+// primary, on the same port.
+func TestAddServerAddr(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	n, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	link, err := n.Link()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := link.AddServerAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimSuffix(link.ServerAddr, ".2") + ".3"; addr != want {
+		t.Errorf("second server address %s, want %s", addr, want)
+	}
+	out, err := exec.Command("ip", "-n", n.Name(), "-o", "addr", "show", "to", addr).Output()
+	if err != nil || !strings.Contains(string(out), addr+"/24") {
+		t.Errorf("%s is not in the namespace: %v %s", addr, err, out)
+	}
 }
