@@ -24,12 +24,6 @@ func (c *counters) add(name string, n int64) {
 	c.n[name] += n
 }
 
-func (c *counters) get(name string) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[name]
-}
-
 // sample keeps the text of an unexpected error, the first few of them.
 func (c *counters) sample(format string, args ...any) {
 	c.mu.Lock()

@@ -22,7 +22,6 @@ func (in *injector) restartWorker(ctx context.Context, r *FaultRecord) error {
 	i := in.rng.IntN(len(workers))
 	w := workers[i]
 	r.Target = fmt.Sprintf("Citus worker %d", i+1) // as its directory is named
-	buffered := in.loader.stats.get("buffered")
 	stopped := time.Now()
 	if err := w.Stop("immediate"); err != nil {
 		return err
@@ -35,11 +34,11 @@ func (in *injector) restartWorker(ctx context.Context, r *FaultRecord) error {
 	if err := w.Restart(ctx); err != nil {
 		return err
 	}
-	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, down %.1f s, %d pushes buffered meanwhile; accepting connections %.1f s after restart",
-		began.Sub(stopped).Seconds(), in.loader.stats.get("buffered")-buffered, time.Since(began).Seconds())
+	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, down %.1f s; accepting connections %.1f s after restart",
+		began.Sub(stopped).Seconds(), time.Since(began).Seconds())
 	if err := in.awaitReplay(ctx); err != nil {
 		return err
 	}
-	r.Detail += fmt.Sprintf(", spools empty %.1f s after restart", time.Since(began).Seconds())
+	r.SpoolsDrained = seconds(time.Since(began))
 	return nil
 }

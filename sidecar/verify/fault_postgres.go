@@ -16,7 +16,6 @@ func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
 	if in.cl.citus != nil {
 		r.Target = "Citus coordinator"
 	}
-	buffered := in.loader.stats.get("buffered")
 	stopped := time.Now()
 	in.cl.pgDown.Store(true)
 	if err := in.cl.pg.Stop("immediate"); err != nil {
@@ -35,15 +34,15 @@ func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
 	}
 	in.cl.pgDown.Store(false)
 	up := time.Since(began)
-	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, down %.1f s, %d pushes buffered meanwhile; accepting connections %.1f s after restart",
-		began.Sub(stopped).Seconds(), in.loader.stats.get("buffered")-buffered, up.Seconds())
+	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, down %.1f s; accepting connections %.1f s after restart",
+		began.Sub(stopped).Seconds(), up.Seconds())
 	if in.cfg.OutageKills >= 2 {
 		in.outageKill(ctx, "as PostgreSQL came back", false)
 	}
 	if err := in.awaitReplay(ctx); err != nil {
 		return err
 	}
-	r.Detail += fmt.Sprintf(", spools empty %.1f s after restart", time.Since(began).Seconds())
+	r.SpoolsDrained = seconds(time.Since(began))
 	return nil
 }
 
@@ -77,7 +76,6 @@ func (in *injector) failoverPostgres(ctx context.Context, r *FaultRecord) error 
 	if cl.standby == nil {
 		return errors.New("no standby: the run was started without failovers")
 	}
-	buffered := in.loader.stats.get("buffered")
 	stopped := time.Now()
 	cl.pgDown.Store(true)
 	if err := cl.pg.Stop("immediate"); err != nil {
@@ -102,8 +100,9 @@ func (in *injector) failoverPostgres(ctx context.Context, r *FaultRecord) error 
 			return ctx.Err()
 		}
 	}
-	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, standby promoted %.1f s after; %d pushes buffered meanwhile; every sidecar healthy %.1f s and spools empty %.1f s after the stop",
-		promoted.Seconds(), in.loader.stats.get("buffered")-buffered, healthy.Seconds(), time.Since(stopped).Seconds())
+	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, standby promoted %.1f s after; every sidecar healthy %.1f s and spools empty %.1f s after the stop",
+		promoted.Seconds(), healthy.Seconds(), time.Since(stopped).Seconds())
+	in.recovered(r) // the pushes' figures end here: the rewind is no outage
 	began := time.Now()
 	if err := cl.standby.Rejoin(ctx, cl.pg); err != nil {
 		return err

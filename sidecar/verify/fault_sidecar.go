@@ -57,7 +57,9 @@ func (in *injector) outageKill(ctx context.Context, when string, dbDown bool) {
 	began := time.Now()
 	target, seen := in.replayingSidecar(ctx, !dbDown)
 	r.Target = target.String()
+	r.pushes = in.loader.watch.open()
 	detail, err := in.bounce(ctx, target, syscall.SIGKILL, dbDown)
+	in.recovered(r)
 	r.Detail = fmt.Sprintf("%s, with %d records in its spool (replaying: %v); %s", when, seen.Records, seen.Replaying, detail)
 	if err != nil {
 		r.Error = err.Error()

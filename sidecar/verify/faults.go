@@ -29,7 +29,24 @@ type FaultRecord struct {
 	Outcome   string    `json:"outcome,omitempty"` // consumer faults: what became of the messages
 	Error     string    `json:"error,omitempty"`   // the fault could not be carried out as planned
 
-	order *order
+	// What the loader's pushes went through from the fault's start until
+	// the sidecars had recovered, for the faults on processes (not the
+	// consumer faults): the longest a push request waited for its answer,
+	// and the items answered buffered.
+	MaxPushWait *float64 `json:"maxPushWaitSeconds,omitempty"`
+	Buffered    *int64   `json:"buffered,omitempty"`
+	// SpoolsDrained is, after a restart, the time from the database
+	// answering again until every sidecar was healthy with an empty spool.
+	SpoolsDrained *float64 `json:"spoolsDrainedSeconds,omitempty"`
+
+	order  *order
+	pushes *pushWindow // open from the start until the sidecars recovered
+}
+
+// seconds is d for the report's optional figures.
+func seconds(d time.Duration) *float64 {
+	s := d.Seconds()
+	return &s
 }
 
 // injector carries out the schedule, one fault at a time: a fault due while
@@ -76,7 +93,11 @@ func (in *injector) run(ctx context.Context, plan []plannedFault) {
 		r := &FaultRecord{Kind: f.Kind, PlannedAt: f.At.Seconds(), StartedAt: time.Since(in.start).Seconds()}
 		late := in.loader.hasEnded()
 		began := time.Now()
+		if !needsTraffic(f.Kind) {
+			r.pushes = in.loader.watch.open()
+		}
 		err := in.inject(ctx, r)
+		in.recovered(r)
 		r.Took = time.Since(began).Seconds()
 		if err != nil {
 			r.Error = err.Error()
@@ -88,6 +109,19 @@ func (in *injector) run(ctx context.Context, plan []plannedFault) {
 }
 
 func (in *injector) releaseTraffic() { in.releaseOnce.Do(func() { close(in.traffic) }) }
+
+// recovered closes r's window on the pushes, once the sidecars have
+// recovered from the fault (or the fault has ended otherwise), and
+// records what the pushes went through. A fault with more to do once the
+// pipeline has recovered (a failover's rewind) calls it early.
+func (in *injector) recovered(r *FaultRecord) {
+	if r.pushes == nil {
+		return
+	}
+	longest, buffered := in.loader.watch.close(r.pushes)
+	r.pushes = nil
+	r.MaxPushWait, r.Buffered = seconds(longest), &buffered
+}
 
 func errSuffix(e string) string {
 	if e == "" {
@@ -118,7 +152,7 @@ func (in *injector) record(r *FaultRecord) {
 	in.mu.Lock()
 	in.records = append(in.records, r)
 	in.mu.Unlock()
-	fmt.Fprintf(in.out, "%7.1fs  fault  %-14s %s: %s%s\n", r.StartedAt, r.Kind, r.Target, r.Detail, errSuffix(r.Error))
+	fmt.Fprintf(in.out, "%7.1fs  fault  %-14s %s: %s%s%s\n", r.StartedAt, r.Kind, r.Target, r.Detail, figuresSuffix(r), errSuffix(r.Error))
 }
 
 // orderConsumer hands a consumer fault to a random group (a stage or the

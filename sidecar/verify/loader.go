@@ -41,6 +41,7 @@ type loader struct {
 	stats      *counters
 	producers  []*producer
 	confirmed  atomic.Int64
+	watch      *pushWatch // each request's wait, for the faults' figures
 
 	hold      <-chan struct{} // nil: no hold
 	generated atomic.Int64    // events handed to the producers so far: event k exists iff k < generated
@@ -64,7 +65,7 @@ type producer struct {
 
 func newLoader(queue string, cfg Config, sidecars []*sidecar, start time.Time, tl *timeline) *loader {
 	l := &loader{queue: queue, rate: cfg.Rate, partitions: cfg.Partitions, planned: cfg.Events(),
-		start: start, tl: tl, stats: newCounters(), ended: make(chan struct{})}
+		start: start, tl: tl, stats: newCounters(), watch: newPushWatch(), ended: make(chan struct{})}
 	for _, s := range sidecars {
 		l.producers = append(l.producers, &producer{l: l, sc: s, wake: make(chan struct{}, 1)})
 	}
@@ -244,15 +245,24 @@ func (p *producer) push(ctx context.Context, items []queenside.PushItem) bool {
 			p.client = c
 		}
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		p.l.watch.sent(p, time.Now())
 		res, err := p.client.Push(rctx, items...)
+		answeredAt := time.Now()
 		cancel()
 		if ctx.Err() != nil {
+			p.l.watch.abandoned(p)
 			return false
 		}
 		p.l.stats.add("requests", 1)
+		ok := err == nil && p.settled(items, res)
+		var buffered int64
+		if ok {
+			buffered = countStatus(res, protocol.StatusBuffered)
+		}
+		p.l.watch.answered(p, answeredAt, buffered)
 		switch classify(err) {
 		case errNone:
-			if p.settled(items, res) {
+			if ok {
 				return true
 			}
 			continue

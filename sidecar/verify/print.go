@@ -139,6 +139,9 @@ func printFaults(out io.Writer, rep *Report) {
 	fmt.Fprintf(out, "\nfaults injected: %d (%s)\n", len(rep.Faults)-faultErrors(rep), strings.Join(byKind, ", "))
 	for _, f := range rep.Faults {
 		fmt.Fprintf(out, "  %7.1fs  %-14s %s: %s\n", f.StartedAt, f.Kind, f.Target, f.Detail)
+		if t := figuresText(&f); t != "" {
+			fmt.Fprintf(out, "            %s\n", t)
+		}
 		if f.Outcome != "" {
 			fmt.Fprintf(out, "            outcome: %s\n", f.Outcome)
 		}

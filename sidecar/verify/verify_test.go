@@ -74,6 +74,17 @@ func TestVerifyWithFaults(t *testing.T) {
 			t.Errorf("%d %s injected, want %d", rep.FaultCounts[k], k, want)
 		}
 	}
+	// Every fault on a process says what the pushes went through, and the
+	// restart how soon the spools drained.
+	for _, f := range rep.Faults {
+		switch {
+		case needsTraffic(f.Kind):
+		case f.MaxPushWait == nil || f.Buffered == nil:
+			t.Errorf("%s on %s: no push figures", f.Kind, f.Target)
+		case f.Kind == FaultPGRestart && (*f.Buffered == 0 || f.SpoolsDrained == nil):
+			t.Errorf("pg-restart: %d items buffered, spools drained %v", *f.Buffered, f.SpoolsDrained)
+		}
+	}
 	// The outage must have sent pushes to the spools, and they came back:
 	// replay ran and every spool ended empty (the events themselves are
 	// checked above). The replayed counter cannot be held to the buffered
