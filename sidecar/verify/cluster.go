@@ -64,7 +64,7 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 		return c, err
 	}
 	for i := range cfg.Sidecars {
-		s, err := newSidecar(i, cfg.SidecarBinary, c.dbURL, c.tmp)
+		s, err := newSidecar(i, cfg.SidecarBinary, c.dbURL, c.tmp, cfg.DatabaseTimeout)
 		if err != nil {
 			return c, err
 		}

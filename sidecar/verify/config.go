@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/queenside/queenside/sidecar/store"
 )
 
 // Config is everything a run is told. The JSON names are the command's flag
@@ -61,6 +63,10 @@ type Config struct {
 	// another is also killed as soon as PostgreSQL is back, while the
 	// spools replay. Either must come back and replay what it had spooled.
 	OutageKills int `json:"outage-kills"`
+	// DatabaseTimeout is the sidecars' --database-timeout: how long a
+	// push waits for its commit before it is spooled, and what the guards
+	// that find a vanished peer are derived from.
+	DatabaseTimeout time.Duration `json:"database-timeout"`
 
 	PopBatch      int `json:"pop-batch"`      // messages per pop
 	PopPartitions int `json:"pop-partitions"` // partitions per pop
@@ -95,29 +101,30 @@ type Config struct {
 // DefaultConfig is what `make verify` runs: the stated target.
 func DefaultConfig() Config {
 	return Config{
-		Sidecars:      3,
-		Stages:        4,
-		Partitions:    1000,
-		Rate:          2000,
-		Duration:      600 * time.Second,
-		Consumers:     2,
-		LeaseSeconds:  10,
-		Out:           "verify.json",
-		CitusWorkers:  2,
-		SidecarKills:  3,
-		SidecarTerms:  1,
-		PGRestarts:    2,
-		PGFailovers:   2,
-		ConsumerKills: 2,
-		LeaseExpiries: 2,
-		PGDown:        10 * time.Second,
-		SidecarDown:   2 * time.Second,
-		OutageKills:   2,
-		PopBatch:      1000,
-		PopPartitions: 50,
-		WaitMs:        1000,
-		DrainTimeout:  5 * time.Minute,
-		Interval:      10 * time.Second,
+		Sidecars:        3,
+		Stages:          4,
+		Partitions:      1000,
+		Rate:            2000,
+		Duration:        600 * time.Second,
+		Consumers:       2,
+		LeaseSeconds:    10,
+		Out:             "verify.json",
+		CitusWorkers:    2,
+		SidecarKills:    3,
+		SidecarTerms:    1,
+		PGRestarts:      2,
+		PGFailovers:     2,
+		ConsumerKills:   2,
+		LeaseExpiries:   2,
+		PGDown:          10 * time.Second,
+		SidecarDown:     2 * time.Second,
+		OutageKills:     2,
+		DatabaseTimeout: store.DefaultTimeout,
+		PopBatch:        1000,
+		PopPartitions:   50,
+		WaitMs:          1000,
+		DrainTimeout:    5 * time.Minute,
+		Interval:        10 * time.Second,
 	}
 }
 
@@ -150,6 +157,7 @@ func (c Config) Validate() error {
 	check(c.PGDown >= 0 && c.SidecarDown >= 0, "--pg-down and --sidecar-down must not be negative")
 	check(c.OutageKills >= 0 && c.OutageKills <= 2, "--outage-kills %d: want 0, 1 or 2", c.OutageKills)
 	check(c.OutageKills == 0 || c.PGDown > c.SidecarDown, "--outage-kills needs --pg-down longer than --sidecar-down")
+	check(c.DatabaseTimeout >= 100*time.Millisecond, "--database-timeout %v: want 100ms or more", c.DatabaseTimeout)
 	check(c.PopBatch >= 1 && c.PopBatch <= 10_000, "--pop-batch %d: want 1..10000", c.PopBatch)
 	check(c.PopPartitions >= 1 && c.PopPartitions <= 100, "--pop-partitions %d: want 1..100", c.PopPartitions)
 	check(c.WaitMs >= 0 && c.WaitMs <= 60_000, "--wait-ms %d: want 0..60000", c.WaitMs)

@@ -32,6 +32,7 @@ type sidecar struct {
 	index    int
 	bin      string
 	dbURL    string
+	dbWait   time.Duration // its --database-timeout
 	socket   string
 	spoolDir string
 	logPath  string
@@ -45,14 +46,14 @@ type sidecar struct {
 	last         spoolCounters // the live incarnation's last sample
 }
 
-func newSidecar(index int, bin, dbURL, dir string) (*sidecar, error) {
+func newSidecar(index int, bin, dbURL, dir string, dbWait time.Duration) (*sidecar, error) {
 	addr, err := freeLocalAddr()
 	if err != nil {
 		return nil, err
 	}
 	name := "sidecar" + strconv.Itoa(index)
 	return &sidecar{
-		index: index, bin: bin, dbURL: dbURL,
+		index: index, bin: bin, dbURL: dbURL, dbWait: dbWait,
 		socket:   dir + "/" + name + ".sock",
 		spoolDir: dir + "/" + name + "-spool",
 		logPath:  dir + "/" + name + ".log",
@@ -78,7 +79,7 @@ func (s *sidecar) String() string { return "sidecar " + strconv.Itoa(s.index) }
 // sidecar serves its socket, and spools, without its database.
 func (s *sidecar) start(ctx context.Context, dbDown bool) (string, error) {
 	args := []string{"serve", "--socket", s.socket, "--database-url", s.dbURL, "--spool-dir", s.spoolDir,
-		"--http-addr", s.httpAddr, "--shutdown-grace", shutdownGrace.String(), "--log-level", "warn"}
+		"--http-addr", s.httpAddr, "--shutdown-grace", shutdownGrace.String(), "--database-timeout", s.dbWait.String(), "--log-level", "warn"}
 	p, err := childproc.Start(s.bin, args, s.logPath)
 	if err != nil {
 		return "", err
