@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -29,9 +30,11 @@ type Config struct {
 	Out          string `json:"out"`  // where the JSON report goes; "" writes none
 
 	// Citus runs on a Citus cluster instead of one PostgreSQL: a
-	// coordinator, the sidecars' database (pg-restart stops it), and
-	// CitusWorkers workers holding the shards (worker-restart stops one).
-	// A coordinator has no standby here, so there are no pg-failovers.
+	// coordinator, the sidecars' database (pg-restart stops it,
+	// postgres-stall freezes it), and
+	// CitusWorkers workers holding the shards (worker-restart stops one,
+	// worker-stall freezes one). A coordinator has no standby here, so
+	// there are no pg-failovers.
 	Citus        bool `json:"citus"`
 	CitusWorkers int  `json:"citus-workers"`
 
@@ -39,22 +42,24 @@ type Config struct {
 	// set, replaces them with an explicit schedule
 	// ("sidecar-kill@60s,pg-restart@2m,..."). A count is the most the run
 	// places: fewer when they do not fit in Duration, unless its kind is in
-	// ExactCounts, when the run is refused instead. WorkerRestarts are of
-	// Citus workers, so only with Citus.
+	// ExactCounts, when the run is refused instead. WorkerRestarts and
+	// WorkerStalls are of Citus workers, so only with Citus.
 	SidecarKills   int    `json:"sidecar-kills"`
 	SidecarTerms   int    `json:"sidecar-terms"`
 	PGRestarts     int    `json:"pg-restarts"`
+	PostgresStalls int    `json:"postgres-stalls"`
 	PGFailovers    int    `json:"pg-failovers"`
 	WorkerRestarts int    `json:"worker-restarts"`
+	WorkerStalls   int    `json:"worker-stalls"`
 	ConsumerKills  int    `json:"consumer-kills"`
 	LeaseExpiries  int    `json:"lease-expiries"`
 	Faults         string `json:"faults"`
 	// ExactCounts are the kinds whose count was given (the command's
 	// flags that were set).
 	ExactCounts []FaultKind `json:"-"`
-	// PGDown is how long PostgreSQL (or a Citus worker) stays stopped;
-	// SidecarDown how long a stopped sidecar stays down before it is
-	// started again.
+	// PGDown is how long PostgreSQL (or a Citus worker) stays stopped or
+	// frozen; SidecarDown how long a stopped
+	// sidecar stays down before it is started again.
 	PGDown      time.Duration `json:"pg-down"`
 	SidecarDown time.Duration `json:"sidecar-down"`
 	// OutageKills adds SIGKILLs inside every PostgreSQL outage, where a
@@ -113,6 +118,7 @@ func DefaultConfig() Config {
 		SidecarKills:    3,
 		SidecarTerms:    1,
 		PGRestarts:      2,
+		PostgresStalls:  2,
 		PGFailovers:     2,
 		ConsumerKills:   2,
 		LeaseExpiries:   2,
@@ -152,8 +158,7 @@ func (c Config) Validate() error {
 	check(c.Events() >= 1, "--rate × --duration must make at least one event")
 	check(c.Consumers >= 1, "--consumers %d: want at least 1", c.Consumers)
 	check(c.LeaseSeconds >= 1 && c.LeaseSeconds <= 3600, "--lease-seconds %d: want 1..3600", c.LeaseSeconds)
-	check(c.SidecarKills >= 0 && c.SidecarTerms >= 0 && c.PGRestarts >= 0 && c.PGFailovers >= 0 && c.WorkerRestarts >= 0 &&
-		c.ConsumerKills >= 0 && c.LeaseExpiries >= 0, "fault counts must not be negative")
+	check(!slices.ContainsFunc(slices.Collect(maps.Values(c.counts())), func(n int) bool { return n < 0 }), "fault counts must not be negative")
 	check(c.PGDown >= 0 && c.SidecarDown >= 0, "--pg-down and --sidecar-down must not be negative")
 	check(c.OutageKills >= 0 && c.OutageKills <= 2, "--outage-kills %d: want 0, 1 or 2", c.OutageKills)
 	check(c.OutageKills == 0 || c.PGDown > c.SidecarDown, "--outage-kills needs --pg-down longer than --sidecar-down")
@@ -177,7 +182,7 @@ func (c Config) Validate() error {
 
 // checkCitus refuses the faults the run's database cannot take: a failover
 // needs a standby, which a Citus coordinator does not have here, and a
-// worker restart needs Citus workers.
+// worker restart or stall needs Citus workers.
 func (c Config) checkCitus() []error {
 	var errs []error
 	if c.Citus {
@@ -188,12 +193,19 @@ func (c Config) checkCitus() []error {
 			errs = append(errs, fmt.Errorf("%s with --citus: a Citus coordinator has no standby here to fail over to; %s",
 				c.askedFor(FaultPGFailover), c.leaveOut(FaultPGFailover)))
 		}
-	} else if c.asksFor(FaultWorkerRestart) {
-		errs = append(errs, fmt.Errorf("%s: %s faults need --citus, without which there are no Citus workers to restart; add --citus or %s",
-			c.askedFor(FaultWorkerRestart), FaultWorkerRestart, c.leaveOut(FaultWorkerRestart)))
+		return errs
+	}
+	for _, k := range []FaultKind{FaultWorkerRestart, FaultWorkerStall} {
+		if c.asksFor(k) {
+			errs = append(errs, fmt.Errorf("%s: %s faults need --citus, without which there are no Citus workers to %s; add --citus or %s",
+				c.askedFor(k), k, workerVerb[k], c.leaveOut(k)))
+		}
 	}
 	return errs
 }
+
+// workerVerb says what a worker fault does to a worker, for the refusals.
+var workerVerb = map[FaultKind]string{FaultWorkerRestart: "restart", FaultWorkerStall: "freeze"}
 
 // asksFor tells whether the run asks for faults of kind k: in --faults
 // when given (a list that does not parse is refused by schedule), else by

@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// A Citus coordinator has no standby here, and worker restarts need Citus
-// workers: either is refused before anything starts, whether asked for by
-// a count or in --faults, and only then.
+// A Citus coordinator has no standby here, and worker restarts and stalls
+// need Citus workers: either is refused before anything starts, whether
+// asked for by a count or in --faults, and only then.
 func TestValidateCitus(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -22,6 +22,13 @@ func TestValidateCitus(t *testing.T) {
 			"--worker-restarts 1: worker-restart faults need --citus, without which there are no Citus workers to restart; add --citus or set --worker-restarts 0"},
 		{"worker restart scheduled", func(c *Config) { c.Faults = "worker-restart@10s" },
 			"--faults has worker-restart: worker-restart faults need --citus, without which there are no Citus workers to restart; add --citus or leave it out of --faults"},
+		{"worker stalls counted", func(c *Config) { c.WorkerStalls = 2 },
+			"--worker-stalls 2: worker-stall faults need --citus, without which there are no Citus workers to freeze; add --citus or set --worker-stalls 0"},
+		{"worker stall scheduled", func(c *Config) { c.Faults = "worker-stall@10s" },
+			"--faults has worker-stall: worker-stall faults need --citus, without which there are no Citus workers to freeze; add --citus or leave it out of --faults"},
+		{"Citus with worker stalls", func(c *Config) {
+			c.Citus, c.PGFailovers, c.Faults = true, 0, "worker-stall@10s,postgres-stall@100s"
+		}, ""},
 		{"no workers", func(c *Config) { c.Citus, c.PGFailovers, c.CitusWorkers = true, 0, 0 }, "--citus-workers 0: want 1..16"},
 		{"Citus not loaded first", func(c *Config) {
 			c.Citus, c.PGFailovers, c.PGSettings = true, 0, []string{"shared_preload_libraries=pg_stat_statements,citus"}

@@ -17,10 +17,13 @@
 //     the consumed message, so that a retried step is a duplicate;
 //   - the checker consumes the last queue and acks with `ack`;
 //   - faults are injected on a schedule: SIGKILL and SIGTERM of sidecars
-//     (restarted on the same spool directory), immediate stops of
-//     PostgreSQL or of a Citus worker (pushes are spooled and replayed),
-//     a consumer that dies holding its leases, and a consumer that lets
-//     its leases expire.
+//     (restarted on the same spool directory), immediate stops and
+//     freezes (SIGSTOP) of PostgreSQL or of a Citus worker (pushes are
+//     spooled and replayed), a consumer that dies holding its leases, and
+//     a consumer that lets its leases expire. Each fault on a process is
+//     measured: the longest a push waited for its answer, the pushes
+//     answered buffered, and after a stall how soon the spools drained
+//     and the partitions' rows could be locked again.
 //
 // Every consumer, stages and checker alike, records what it is delivered in
 // an auditor for its queue, so a fault is pinned to the stage that let it

@@ -42,3 +42,23 @@ func (in *injector) restartWorker(ctx context.Context, r *FaultRecord) error {
 	r.SpoolsDrained = seconds(time.Since(began))
 	return nil
 }
+
+// stallWorker freezes a random Citus worker for --pg-down (SIGSTOP of
+// every process), then thaws it and waits, as after a worker restart, for
+// the sidecars to recover. Meanwhile the coordinator's calls to the
+// worker's shards get no answer, so the sidecars' calls that touch them
+// run into --database-timeout; the other partitions go on.
+func (in *injector) stallWorker(ctx context.Context, r *FaultRecord) error {
+	r.Target = "Citus worker"
+	if in.cl.citus == nil {
+		return errors.New("no Citus workers: the run was started without --citus")
+	}
+	workers := in.cl.citus.Workers
+	i := in.rng.IntN(len(workers))
+	r.Target = fmt.Sprintf("Citus worker %d", i+1)
+	rows, err := in.workerRows(ctx, workers[i])
+	if err != nil {
+		return err
+	}
+	return in.stall(ctx, r, workers[i], rows)
+}

@@ -31,13 +31,18 @@ type FaultRecord struct {
 
 	// What the loader's pushes went through from the fault's start until
 	// the sidecars had recovered, for the faults on processes (not the
-	// consumer faults): the longest a push request waited for its answer,
-	// and the items answered buffered.
+	// consumer faults): the longest a push request
+	// waited for its answer, and the items answered buffered.
 	MaxPushWait *float64 `json:"maxPushWaitSeconds,omitempty"`
 	Buffered    *int64   `json:"buffered,omitempty"`
-	// SpoolsDrained is, after a restart, the time from the database
-	// answering again until every sidecar was healthy with an empty spool.
+	// SpoolsDrained is, after a restart or a stall, the time from the
+	// database answering again (started, thawed) until every sidecar was
+	// healthy with an empty spool.
 	SpoolsDrained *float64 `json:"spoolsDrainedSeconds,omitempty"`
+	// LocksFree is, after a stall, how long from the thaw until the rows
+	// LockProbe names could all be locked by another session.
+	LocksFree *float64 `json:"locksFreeSeconds,omitempty"`
+	LockProbe string   `json:"lockProbe,omitempty"`
 
 	order  *order
 	pushes *pushWindow // open from the start until the sidecars recovered
@@ -140,8 +145,12 @@ func (in *injector) inject(ctx context.Context, r *FaultRecord) error {
 		return in.restartPostgres(ctx, r)
 	case FaultPGFailover:
 		return in.failoverPostgres(ctx, r)
+	case FaultPostgresStall:
+		return in.stallPostgres(ctx, r)
 	case FaultWorkerRestart:
 		return in.restartWorker(ctx, r)
+	case FaultWorkerStall:
+		return in.stallWorker(ctx, r)
 	case FaultConsumerKill, FaultLeaseExpiry:
 		return in.orderConsumer(ctx, r)
 	}

@@ -6,15 +6,18 @@ import (
 )
 
 // figuresText puts a fault's figures in words: what the pushes went
-// through and how soon the spools drained; "" for a fault without
-// figures (a consumer fault).
+// through, how soon the spools drained and the locks went; "" for a fault
+// without figures (a consumer fault).
 func figuresText(r *FaultRecord) string {
 	var parts []string
 	if r.MaxPushWait != nil && r.Buffered != nil {
 		parts = append(parts, fmt.Sprintf("the longest push waited %.2f s for its answer, %d items answered buffered", *r.MaxPushWait, *r.Buffered))
 	}
 	if r.SpoolsDrained != nil {
-		parts = append(parts, fmt.Sprintf("spools drained %.1f s after the restart", *r.SpoolsDrained))
+		parts = append(parts, fmt.Sprintf("spools drained %.1f s after %s", *r.SpoolsDrained, answeringAgain(r.Kind)))
+	}
+	if r.LocksFree != nil {
+		parts = append(parts, fmt.Sprintf("locks free %.1f s after %s (%s)", *r.LocksFree, lockProbeFrom(r.Kind), r.LockProbe))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -26,3 +29,17 @@ func figuresSuffix(r *FaultRecord) string {
 	}
 	return ""
 }
+
+// answeringAgain names the moment the database answers again after a
+// fault of kind k, which SpoolsDrained counts from.
+func answeringAgain(k FaultKind) string {
+	switch k {
+	case FaultPostgresStall, FaultWorkerStall:
+		return "the thaw"
+	}
+	return "the restart"
+}
+
+// lockProbeFrom names the moment LocksFree counts from: a frozen server
+// can free no lock before the thaw.
+func lockProbeFrom(FaultKind) string { return "the thaw" }

@@ -18,6 +18,8 @@ const (
 	pgRecoveryCost     = 30 * time.Second // after --pg-down: crash recovery (4 to 32 s measured) and the spools' replay
 	pgFailoverCost     = 40 * time.Second // promotion and replay take seconds; rewinding the old primary and streaming it again the rest
 	workerRecoveryCost = 40 * time.Second // after --pg-down: a worker's crash recovery, and the replay waits for its in-doubt prepared transactions, resolved every citus.recover_2pc_interval (1 min); 1 to 37 s measured
+	stallRecoveryCost  = 10 * time.Second // after --pg-down: no crash recovery, every spool's replay; 1 to 2 s measured
+	workerStallCost    = 20 * time.Second // after --pg-down: no crash recovery, the replay of the partitions on the worker's shards; 1 s measured in a short run
 	orderTakeCost      = 3 * time.Second  // a consumer fault: the next pop that returns messages
 	refusedCommit      = time.Second      // a lease-expiry's late commit, refused
 )
@@ -37,6 +39,10 @@ func (c Config) faultCost(k FaultKind) time.Duration {
 		return pgFailoverCost
 	case FaultWorkerRestart:
 		return c.PGDown + workerRecoveryCost
+	case FaultPostgresStall:
+		return c.PGDown + stallRecoveryCost
+	case FaultWorkerStall:
+		return c.PGDown + workerStallCost
 	case FaultConsumerKill:
 		return orderTakeCost + lease // its leases lapse before its messages come again
 	case FaultLeaseExpiry:
@@ -62,8 +68,9 @@ func trafficMargin(d time.Duration) time.Duration {
 // countFlags names each kind's count flag, for the refusals.
 var countFlags = map[FaultKind]string{
 	FaultSidecarKill: "sidecar-kills", FaultSidecarTerm: "sidecar-terms", FaultPGRestart: "pg-restarts",
-	FaultPGFailover: "pg-failovers", FaultWorkerRestart: "worker-restarts", FaultConsumerKill: "consumer-kills",
-	FaultLeaseExpiry: "lease-expiries",
+	FaultPostgresStall: "postgres-stalls", FaultPGFailover: "pg-failovers",
+	FaultWorkerRestart: "worker-restarts", FaultWorkerStall: "worker-stalls",
+	FaultConsumerKill: "consumer-kills", FaultLeaseExpiry: "lease-expiries",
 }
 
 // CountFlag is the flag of `queenside verify` that sets the count of kind.
@@ -72,8 +79,9 @@ func CountFlag(k FaultKind) string { return countFlags[k] }
 func (c Config) counts() map[FaultKind]int {
 	return map[FaultKind]int{
 		FaultSidecarKill: c.SidecarKills, FaultSidecarTerm: c.SidecarTerms, FaultPGRestart: c.PGRestarts,
-		FaultPGFailover: c.PGFailovers, FaultWorkerRestart: c.WorkerRestarts, FaultConsumerKill: c.ConsumerKills,
-		FaultLeaseExpiry: c.LeaseExpiries,
+		FaultPostgresStall: c.PostgresStalls, FaultPGFailover: c.PGFailovers,
+		FaultWorkerRestart: c.WorkerRestarts, FaultWorkerStall: c.WorkerStalls,
+		FaultConsumerKill: c.ConsumerKills, FaultLeaseExpiry: c.LeaseExpiries,
 	}
 }
 

@@ -40,10 +40,11 @@ func printHeader(out io.Writer, rep *Report, plan []plannedFault) {
 // downTimes says how long each fault keeps its target down.
 func downTimes(c Config) string {
 	if c.Citus {
-		return fmt.Sprintf("the coordinator and a Citus worker down %v each, the coordinator with %d more sidecar kills inside; sidecars down %v each",
-			c.PGDown, c.OutageKills, c.SidecarDown)
+		return fmt.Sprintf("the coordinator and a Citus worker down or frozen %v each, the coordinator's restarts with %d more sidecar kills inside; sidecars down %v each; the sidecars' database timeout %v",
+			c.PGDown, c.OutageKills, c.SidecarDown, c.DatabaseTimeout)
 	}
-	return fmt.Sprintf("PostgreSQL down %v each, with %d more sidecar kills inside; sidecars down %v each", c.PGDown, c.OutageKills, c.SidecarDown)
+	return fmt.Sprintf("PostgreSQL down or frozen %v each, the restarts with %d more sidecar kills inside; sidecars down %v each; the sidecars' database timeout %v",
+		c.PGDown, c.OutageKills, c.SidecarDown, c.DatabaseTimeout)
 }
 
 func printReport(out io.Writer, rep *Report) {

@@ -25,9 +25,16 @@ const (
 	// promotes its synchronous standby; the old primary is then rewound
 	// (pg_rewind) and follows the new one as its synchronous standby.
 	FaultPGFailover FaultKind = "pg-failover"
+	// FaultPostgresStall freezes every PostgreSQL process (SIGSTOP), the
+	// primary's when there is a standby, for --pg-down, then thaws them
+	// (SIGCONT): a host that hangs without closing a connection.
+	FaultPostgresStall FaultKind = "postgres-stall"
 	// FaultWorkerRestart stops a random Citus worker with `pg_ctl stop -m
 	// immediate` and starts it again after --pg-down; only with --citus.
 	FaultWorkerRestart FaultKind = "worker-restart"
+	// FaultWorkerStall freezes a random Citus worker for --pg-down, then
+	// thaws it; only with --citus.
+	FaultWorkerStall FaultKind = "worker-stall"
 	// FaultConsumerKill makes a random consumer die just after a pop: it
 	// acks nothing and releases nothing, so its leases must lapse and the
 	// messages come again.
@@ -40,7 +47,8 @@ const (
 
 // FaultKinds lists every kind, in the order reports count them.
 func FaultKinds() []FaultKind {
-	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultPGFailover, FaultWorkerRestart, FaultConsumerKill, FaultLeaseExpiry}
+	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultPostgresStall, FaultPGFailover,
+		FaultWorkerRestart, FaultWorkerStall, FaultConsumerKill, FaultLeaseExpiry}
 }
 
 // plannedFault is one entry of the schedule: a kind, due At after the start.
@@ -70,12 +78,15 @@ func (c Config) schedule() ([]plannedFault, error) {
 func (c Config) explicitSchedule() bool { return strings.TrimSpace(c.Faults) != "" }
 
 // hasFailovers tells whether the run fails PostgreSQL over to a standby.
-func (c Config) hasFailovers() (bool, error) {
+func (c Config) hasFailovers() (bool, error) { return c.schedules(FaultPGFailover) }
+
+// schedules tells whether the run's schedule has a fault of kind k.
+func (c Config) schedules(k FaultKind) (bool, error) {
 	plan, err := c.schedule()
 	if err != nil {
 		return false, err
 	}
-	return slices.ContainsFunc(plan, func(f plannedFault) bool { return f.Kind == FaultPGFailover }), nil
+	return slices.ContainsFunc(plan, func(f plannedFault) bool { return f.Kind == k }), nil
 }
 
 // parseSchedule reads "kind@duration,kind@duration...".

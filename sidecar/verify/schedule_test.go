@@ -22,7 +22,8 @@ func TestSpreadFaults(t *testing.T) {
 		}
 		prev = f.At
 	}
-	want := map[FaultKind]int{FaultSidecarKill: 3, FaultSidecarTerm: 1, FaultPGRestart: 2, FaultPGFailover: 2, FaultConsumerKill: 2, FaultLeaseExpiry: 2}
+	want := map[FaultKind]int{FaultSidecarKill: 3, FaultSidecarTerm: 1, FaultPGRestart: 2, FaultPostgresStall: 2, FaultPGFailover: 2,
+		FaultConsumerKill: 2, FaultLeaseExpiry: 2}
 	for k, n := range want {
 		if counts[k] != n {
 			t.Errorf("%d %s, want %d", counts[k], k, n)
@@ -102,11 +103,12 @@ func TestScheduleFitsTheTraffic(t *testing.T) {
 	}
 }
 
-// The run of the issue: 150 s at 3,000 events/s over 500 partitions keeps one
-// fault of every kind counted (all but worker-restart, which needs Citus), and the default ten minutes keep every count.
+// 190 s at 3,000 events/s over 500 partitions keeps one fault of every
+// kind counted (the worker faults need Citus) and all three sidecar kills,
+// and the default ten minutes keep every count.
 func TestScheduleCounts(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Duration, cfg.Rate, cfg.Partitions = 150*time.Second, 3000, 500
+	cfg.Duration, cfg.Rate, cfg.Partitions = 190*time.Second, 3000, 500
 	plan, err := cfg.schedule()
 	if err != nil {
 		t.Fatal(err)
@@ -117,11 +119,14 @@ func TestScheduleCounts(t *testing.T) {
 	}
 	for _, k := range FaultKinds() {
 		if got[k] == 0 && cfg.counts()[k] > 0 {
-			t.Errorf("150 s: no %s in %v", k, plan)
+			t.Errorf("190 s: no %s in %v", k, plan)
 		}
 	}
+	if got[FaultSidecarKill] != cfg.SidecarKills {
+		t.Errorf("190 s: %d sidecar-kill, want all %d", got[FaultSidecarKill], cfg.SidecarKills)
+	}
 	if len(cfg.scaledCounts(plan)) == 0 {
-		t.Errorf("150 s: the header would not say the counts were lowered")
+		t.Errorf("190 s: the header would not say the counts were lowered")
 	}
 
 	cfg = DefaultConfig()
@@ -186,9 +191,9 @@ func TestScheduleRefusesLateConsumerFaults(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	// TestVerifyWithFaults' schedule fits its 30 s.
-	cfg.Duration, cfg.LeaseSeconds, cfg.PGDown, cfg.SidecarDown = 30*time.Second, 4, 3*time.Second, time.Second
-	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,pg-failover@21s"
+	// TestVerifyWithFaults' schedule fits its 32 s.
+	cfg.Duration, cfg.LeaseSeconds, cfg.PGDown, cfg.SidecarDown = 32*time.Second, 4, 3*time.Second, time.Second
+	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,postgres-stall@21s,pg-failover@26s"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

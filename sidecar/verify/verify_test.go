@@ -25,25 +25,28 @@ func buildSidecar(t *testing.T) string {
 	return bin
 }
 
-// TestVerifyWithFaults is `make verify` in 30 seconds: three sidecars and
+// TestVerifyWithFaults is `make verify` in 32 seconds: three sidecars and
 // four stages on a PostgreSQL of its own, with one fault of each kind, and
 // it must end with every event through every stage exactly once and in
 // order.
 func TestVerifyWithFaults(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a 30-second run with real processes")
+		t.Skip("a 32-second run with real processes")
 	}
 	cfg := DefaultConfig()
 	cfg.SidecarBinary = buildSidecar(t)
 	cfg.Partitions = 20
 	cfg.Rate = 100
-	cfg.Duration = 30 * time.Second
+	cfg.Duration = 32 * time.Second
 	cfg.LeaseSeconds = 4
 	// Faults run one after the other. The consumer's come first: they need
 	// traffic to act on, and a failover (which waits for the old primary to
-	// be rewound) can outlast the 30 s of traffic on a loaded machine.
-	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,pg-failover@21s"
+	// be rewound) can outlast the traffic on a loaded machine. The stall
+	// outlasts the sidecars' database timeout, so pushes are spooled, and
+	// comes while the loader still pushes.
+	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,postgres-stall@21s,pg-failover@26s"
 	cfg.PGDown = 3 * time.Second
+	cfg.DatabaseTimeout = 2 * time.Second
 	cfg.SidecarDown = time.Second
 	cfg.DrainTimeout = time.Minute
 	cfg.Interval = 5 * time.Second
@@ -60,30 +63,22 @@ func TestVerifyWithFaults(t *testing.T) {
 			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, events)
 		}
 	}
-	// One of each kind but the Citus one, and the outage's own kills: one
+	// One of each kind but the Citus ones, and the outage's own kills: one
 	// while PostgreSQL is down, one as it comes back.
 	for _, k := range FaultKinds() {
 		want := 1
 		switch k {
 		case FaultSidecarKill:
 			want = 1 + cfg.OutageKills
-		case FaultWorkerRestart:
+		case FaultWorkerRestart, FaultWorkerStall:
 			want = 0 // TestVerifyOnCitus
 		}
 		if rep.FaultCounts[k] != want {
 			t.Errorf("%d %s injected, want %d", rep.FaultCounts[k], k, want)
 		}
 	}
-	// Every fault on a process says what the pushes went through, and the
-	// restart how soon the spools drained.
 	for _, f := range rep.Faults {
-		switch {
-		case needsTraffic(f.Kind):
-		case f.MaxPushWait == nil || f.Buffered == nil:
-			t.Errorf("%s on %s: no push figures", f.Kind, f.Target)
-		case f.Kind == FaultPGRestart && (*f.Buffered == 0 || f.SpoolsDrained == nil):
-			t.Errorf("pg-restart: %d items buffered, spools drained %v", *f.Buffered, f.SpoolsDrained)
-		}
+		checkFaultFigures(t, cfg, f)
 	}
 	// The outage must have sent pushes to the spools, and they came back:
 	// replay ran and every spool ended empty (the events themselves are
@@ -110,12 +105,59 @@ func TestVerifyWithFaults(t *testing.T) {
 		Passed bool             `json:"passed"`
 		Flags  map[string]any   `json:"flags"`
 		Queues []map[string]any `json:"queues"`
+		Faults []map[string]any `json:"faults"`
 	}
 	if err := json.Unmarshal(raw, &parsed); err != nil {
 		t.Fatalf("the JSON report does not parse: %v", err)
 	}
 	if !parsed.Passed || len(parsed.Queues) != cfg.Stages+1 || parsed.Flags["faults"] != cfg.Faults {
 		t.Errorf("JSON report: passed %v, %d queues, flags %v", parsed.Passed, len(parsed.Queues), parsed.Flags)
+	}
+	for _, f := range parsed.Faults {
+		if f["kind"] != string(FaultPostgresStall) {
+			continue
+		}
+		for _, field := range []string{"maxPushWaitSeconds", "buffered", "spoolsDrainedSeconds", "locksFreeSeconds", "lockProbe"} {
+			if _, ok := f[field]; !ok {
+				t.Errorf("the JSON report's postgres-stall has no %s: %v", field, f)
+			}
+		}
+	}
+}
+
+// checkFaultFigures holds a fault's figures to what it did: every fault on
+// a process says what the pushes went through, and a stall long enough for
+// the sidecars' database timeout spooled pushes, answered within that
+// timeout, drained the spools and freed the locks.
+func checkFaultFigures(t *testing.T, cfg Config, f FaultRecord) {
+	t.Helper()
+	if f.Error != "" {
+		t.Errorf("%s on %s: %s", f.Kind, f.Target, f.Error)
+	}
+	if needsTraffic(f.Kind) {
+		return
+	}
+	if f.MaxPushWait == nil || f.Buffered == nil {
+		t.Errorf("%s: no push figures: %+v", f.Kind, f)
+		return
+	}
+	if f.Kind != FaultPostgresStall && f.Kind != FaultWorkerStall {
+		return
+	}
+	// The margin: a spool write, the answer, a loaded machine.
+	bound := cfg.DatabaseTimeout + 3*time.Second
+	if *f.Buffered == 0 || *f.MaxPushWait < cfg.DatabaseTimeout.Seconds()/2 || *f.MaxPushWait > bound.Seconds() {
+		t.Errorf("%s: %d items buffered, the longest push waited %.1f s; want some buffered, after a wait of up to %v",
+			f.Kind, *f.Buffered, *f.MaxPushWait, bound)
+	}
+	if f.SpoolsDrained == nil || f.LocksFree == nil || f.LockProbe == "" {
+		t.Errorf("%s: spools drained %v, locks free %v (%q)", f.Kind, f.SpoolsDrained, f.LocksFree, f.LockProbe)
+		return
+	}
+	// A thawed server ends the sessions whose clients hung up at once.
+	locksBound := 2 * time.Second
+	if *f.LocksFree > locksBound.Seconds() {
+		t.Errorf("%s: locks free %.1f s after %s, want within %v", f.Kind, *f.LocksFree, lockProbeFrom(f.Kind), locksBound)
 	}
 }
 
@@ -164,9 +206,10 @@ func TestVerifyPassesPostgresSettings(t *testing.T) {
 }
 
 // TestVerifyOnCitus is the same check on a Citus cluster: the sidecars on
-// the coordinator, the schema over two workers' shards, and a worker and
-// then the coordinator stopped as a crash would stop them. Either outage
-// must end with every event through every stage exactly once and in order.
+// the coordinator, the schema over two workers' shards, a worker frozen,
+// then one and then the coordinator stopped as a crash would stop them.
+// Every outage must end with every event through every stage exactly once
+// and in order.
 func TestVerifyOnCitus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 30-second run with real processes")
@@ -181,8 +224,9 @@ func TestVerifyOnCitus(t *testing.T) {
 	cfg.Rate = 50
 	cfg.Duration = 30 * time.Second
 	cfg.LeaseSeconds = 4
-	cfg.Faults = "worker-restart@5s,pg-restart@15s"
+	cfg.Faults = "worker-stall@5s,worker-restart@10s,pg-restart@18s"
 	cfg.PGDown = 3 * time.Second
+	cfg.DatabaseTimeout = 2 * time.Second
 	cfg.SidecarDown = time.Second
 	cfg.DrainTimeout = 2 * time.Minute
 	cfg.Interval = 5 * time.Second
@@ -194,18 +238,16 @@ func TestVerifyOnCitus(t *testing.T) {
 			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, rep.Loader.Events)
 		}
 	}
-	want := map[FaultKind]int{FaultWorkerRestart: 1, FaultPGRestart: 1, FaultSidecarKill: cfg.OutageKills}
+	want := map[FaultKind]int{FaultWorkerStall: 1, FaultWorkerRestart: 1, FaultPGRestart: 1, FaultSidecarKill: cfg.OutageKills}
 	for _, k := range FaultKinds() {
 		if rep.FaultCounts[k] != want[k] {
 			t.Errorf("%d %s carried out, want %d", rep.FaultCounts[k], k, want[k])
 		}
 	}
 	for _, f := range rep.Faults {
-		if f.Error != "" {
-			t.Errorf("%s on %s: %s", f.Kind, f.Target, f.Error)
-		}
-		if f.Kind == FaultWorkerRestart && !strings.HasPrefix(f.Target, "Citus worker ") {
-			t.Errorf("worker-restart target %q", f.Target)
+		checkFaultFigures(t, cfg, f)
+		if (f.Kind == FaultWorkerRestart || f.Kind == FaultWorkerStall) && !strings.HasPrefix(f.Target, "Citus worker ") {
+			t.Errorf("%s target %q", f.Kind, f.Target)
 		}
 	}
 	// Both outages sent pushes to the spools, and every spool was replayed.

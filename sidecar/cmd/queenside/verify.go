@@ -12,7 +12,7 @@ func verifyCommand() *cli.Command {
 	d := verify.DefaultConfig()
 	return &cli.Command{
 		Name:  "verify",
-		Usage: "check exactly-once, in-order delivery through a pipeline of queues while sidecars and PostgreSQL are killed; starts its own PostgreSQL and sidecars",
+		Usage: "check exactly-once, in-order delivery through a pipeline of queues while sidecars and PostgreSQL are killed and frozen; starts its own PostgreSQL and sidecars",
 		Description: "Faults run one after another, each given about the time it takes (a failover or a PostgreSQL restart tens of seconds), " +
 			"the consumer faults first, all within --duration. A fault count not given is the most the run places: fewer when they do not fit. " +
 			"A count given that does not fit, or a --faults schedule whose consumer faults would run out of traffic, is refused before anything starts. " +
@@ -32,12 +32,14 @@ func verifyCommand() *cli.Command {
 			&cli.IntFlag{Name: verify.CountFlag(verify.FaultSidecarKill), Value: d.SidecarKills, Usage: "SIGKILLs of a random sidecar, each restarted on its spool"},
 			&cli.IntFlag{Name: verify.CountFlag(verify.FaultSidecarTerm), Value: d.SidecarTerms, Usage: "SIGTERMs (drains) of a random sidecar, each restarted"},
 			&cli.IntFlag{Name: verify.CountFlag(verify.FaultPGRestart), Value: d.PGRestarts, Usage: "immediate stops of PostgreSQL (with --citus: the coordinator), each restarted after --pg-down"},
+			&cli.IntFlag{Name: verify.CountFlag(verify.FaultPostgresStall), Value: d.PostgresStalls, Usage: "freezes of PostgreSQL (SIGSTOP of every process; the primary when there is a standby, with --citus the coordinator), each thawed after --pg-down"},
 			&cli.IntFlag{Name: verify.CountFlag(verify.FaultPGFailover), Value: d.PGFailovers, Usage: "failovers: the primary stopped immediately, its synchronous standby promoted, the old primary rewound to follow it (none with --citus: its coordinator has no standby)"},
 			&cli.IntFlag{Name: verify.CountFlag(verify.FaultWorkerRestart), Value: d.WorkerRestarts, Usage: "with --citus, immediate stops of a random Citus worker, each restarted after --pg-down"},
+			&cli.IntFlag{Name: verify.CountFlag(verify.FaultWorkerStall), Value: d.WorkerStalls, Usage: "with --citus, freezes of a random Citus worker, each thawed after --pg-down"},
 			&cli.IntFlag{Name: verify.CountFlag(verify.FaultConsumerKill), Value: d.ConsumerKills, Usage: "consumers that die mid-batch without acking"},
 			&cli.IntFlag{Name: verify.CountFlag(verify.FaultLeaseExpiry), Value: d.LeaseExpiries, Usage: "consumers that commit only after their leases expired"},
 			&cli.StringFlag{Name: "faults", Usage: "explicit fault schedule instead of the counts, e.g. sidecar-kill@90s,pg-restart@3m"},
-			&cli.DurationFlag{Name: "pg-down", Value: d.PGDown, Usage: "how long PostgreSQL (or a Citus worker) stays down"},
+			&cli.DurationFlag{Name: "pg-down", Value: d.PGDown, Usage: "how long PostgreSQL (or a Citus worker) stays down or frozen"},
 			&cli.DurationFlag{Name: "sidecar-down", Value: d.SidecarDown, Usage: "how long a stopped sidecar stays down"},
 			&cli.IntFlag{Name: "outage-kills", Value: d.OutageKills, Usage: "SIGKILLs inside each PostgreSQL outage: 1 while it is down, 2 also as it comes back (during replay)"},
 			&cli.DurationFlag{Name: "database-timeout", Value: d.DatabaseTimeout, Usage: "the sidecars' --database-timeout: how long a push waits for its commit before it is spooled"},
@@ -74,8 +76,10 @@ func runVerify(c *cli.Context) error {
 		SidecarKills:    c.Int(verify.CountFlag(verify.FaultSidecarKill)),
 		SidecarTerms:    c.Int(verify.CountFlag(verify.FaultSidecarTerm)),
 		PGRestarts:      c.Int(verify.CountFlag(verify.FaultPGRestart)),
+		PostgresStalls:  c.Int(verify.CountFlag(verify.FaultPostgresStall)),
 		PGFailovers:     c.Int(verify.CountFlag(verify.FaultPGFailover)),
 		WorkerRestarts:  c.Int(verify.CountFlag(verify.FaultWorkerRestart)),
+		WorkerStalls:    c.Int(verify.CountFlag(verify.FaultWorkerStall)),
 		ConsumerKills:   c.Int(verify.CountFlag(verify.FaultConsumerKill)),
 		LeaseExpiries:   c.Int(verify.CountFlag(verify.FaultLeaseExpiry)),
 		Faults:          c.String("faults"),
