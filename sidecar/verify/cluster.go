@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,13 +23,17 @@ const verifyDatabase = "queenside_verify"
 // cluster is what a run starts: PostgreSQL, or a Citus cluster, and the
 // sidecars on it.
 type cluster struct {
-	log      hclog.Logger
-	tmp      string             // PostgreSQL's cluster (or Citus's), sockets, spools, sidecar logs
-	dirs     []string           // removed at close: tmp, and where pgserver may have moved the cluster
-	pg       *pgserver.Server   // the primary, or the Citus coordinator
-	standby  *pgserver.Server   // its synchronous standby, when the run has failovers
-	citus    *citustest.Cluster // the Citus cluster pg is the coordinator of, with --citus
-	dbURL    string
+	log     hclog.Logger
+	tmp     string             // PostgreSQL's cluster (or Citus's), sockets, spools, sidecar logs
+	dirs    []string           // removed at close: tmp, and where pgserver may have moved the cluster
+	pg      *pgserver.Server   // the primary, or the Citus coordinator
+	standby *pgserver.Server   // its synchronous standby, when the run has failovers
+	citus   *citustest.Cluster // the Citus cluster pg is the coordinator of, with --citus
+	dbURL   string             // over the Unix sockets: the verifier's own connections, and the sidecars' without net
+	// net carries the sidecars' connections when the run has partition
+	// faults; netSkip says why there is none though the run has them.
+	net      *sidecarNet
+	netSkip  string
 	sidecars []*sidecar
 	version  string
 	pgDown   atomic.Bool // PostgreSQL is stopped on purpose
@@ -55,6 +57,9 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 	if err = os.Chmod(c.tmp, 0o755); err != nil {
 		return c, err
 	}
+	if err = c.makeNet(cfg); err != nil {
+		return c, err
+	}
 	if cfg.Citus {
 		err = c.startCitus(ctx, cfg)
 	} else {
@@ -64,7 +69,7 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 		return c, err
 	}
 	for i := range cfg.Sidecars {
-		s, err := newSidecar(i, cfg.SidecarBinary, c.dbURL, c.tmp, cfg.DatabaseTimeout)
+		s, err := newSidecar(i, cfg.SidecarBinary, c.sidecarURL(i), c.tmp, cfg.DatabaseTimeout)
 		if err != nil {
 			return c, err
 		}
@@ -95,7 +100,11 @@ func (c *cluster) startPostgres(ctx context.Context, cfg Config) error {
 		settings = []string{"wal_log_hints=on", "wal_keep_size=2GB"}
 	}
 	settings = append(settings, cfg.PGSettings...)
-	c.pg, err = pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Settings: settings, Logger: c.log.Named("postgres")})
+	opts := pgserver.Options{Dir: filepath.Join(c.tmp, "pg"), Settings: settings, Logger: c.log.Named("postgres")}
+	if c.net != nil {
+		opts = c.net.primaryOptions(opts)
+	}
+	c.pg, err = pgserver.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("start PostgreSQL: %w", err)
 	}
@@ -109,7 +118,11 @@ func (c *cluster) startPostgres(ctx context.Context, cfg Config) error {
 	if !failovers {
 		return nil
 	}
-	c.standby, err = pgserver.StartStandby(ctx, c.pg, pgserver.Options{Dir: filepath.Join(c.tmp, "standby"), Settings: settings, Logger: c.log.Named("standby")})
+	opts = pgserver.Options{Dir: filepath.Join(c.tmp, "standby"), Settings: settings, Logger: c.log.Named("standby")}
+	if c.net != nil {
+		opts = c.net.standbyOptions(opts)
+	}
+	c.standby, err = pgserver.StartStandby(ctx, c.pg, opts)
 	if err != nil {
 		return fmt.Errorf("start the standby: %w", err)
 	}
@@ -140,7 +153,50 @@ func (c *cluster) startCitus(ctx context.Context, cfg Config) error {
 		return err
 	}
 	c.dbURL = c.pg.URL(verifyDatabase)
-	return c.citus.Migrate(ctx, verifyDatabase, 0)
+	if err := c.citus.Migrate(ctx, verifyDatabase, 0); err != nil {
+		return err
+	}
+	if c.net == nil {
+		return nil
+	}
+	// citustest starts its nodes on their Unix sockets alone: the
+	// coordinator moves into the namespace, where the sidecars reach it
+	// over their links. It reaches its workers, and they it, over their
+	// sockets (the nodes' names in Citus's metadata), which stay.
+	if err := c.pg.Stop("fast"); err != nil {
+		return err
+	}
+	if err := c.pg.SetNetwork(c.net.ns.Name(), c.net.primaryListen()); err != nil {
+		return err
+	}
+	return c.pg.Restart(ctx)
+}
+
+// makeNet makes the network namespace and links of a run with partition
+// faults. Where namespaces cannot be made, the run goes on without them
+// and netSkip says why: its partition faults are skipped, not failed.
+func (c *cluster) makeNet(cfg Config) error {
+	partitions, err := cfg.hasPartitions()
+	if err != nil || !partitions {
+		return err
+	}
+	failovers, err := cfg.hasFailovers()
+	if err != nil {
+		return err
+	}
+	if c.net, err = newSidecarNet(cfg.Sidecars, failovers && !cfg.Citus); err != nil {
+		c.netSkip = "PostgreSQL cannot be put in a network namespace of its own here: " + err.Error()
+	}
+	return nil
+}
+
+// sidecarURL is sidecar i's database URL: over its own link when the run
+// has one, else over the Unix sockets.
+func (c *cluster) sidecarURL(i int) string {
+	if c.net == nil {
+		return c.dbURL
+	}
+	return c.net.url(i, verifyDatabase, c.pg.Port())
 }
 
 func createDatabase(ctx context.Context, adminURL, name string) error {
@@ -179,6 +235,8 @@ func (c *cluster) close(keep bool) error {
 	if c.standby != nil {
 		errs = append(errs, c.standby.Stop("fast"))
 	}
+	// The servers in the namespace have stopped: nothing holds it now.
+	errs = append(errs, c.net.close())
 	if keep || errors.Join(errs...) != nil {
 		return errors.Join(errs...)
 	}
@@ -222,16 +280,9 @@ func (c *cluster) spoolRecords(ctx context.Context) int64 {
 // multiHostURL names every server, the one accepting writes to be used, as
 // libpq's multi-host form does.
 func multiHostURL(database string, servers ...*pgserver.Server) string {
-	var hosts, ports []string
-	for _, s := range servers {
-		u, _ := url.Parse(s.URL(database))
-		hosts = append(hosts, u.Query().Get("host"))
-		ports = append(ports, u.Query().Get("port"))
+	hosts := make([]string, len(servers))
+	for i, s := range servers {
+		hosts[i] = s.SocketDir()
 	}
-	q := url.Values{}
-	q.Set("host", strings.Join(hosts, ","))
-	q.Set("port", strings.Join(ports, ","))
-	q.Set("target_session_attrs", "read-write")
-	q.Set("sslmode", "disable")
-	return (&url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/" + database, RawQuery: q.Encode()}).String()
+	return hostsURL(database, servers[0].Port(), hosts)
 }

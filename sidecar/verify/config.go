@@ -31,7 +31,7 @@ type Config struct {
 
 	// Citus runs on a Citus cluster instead of one PostgreSQL: a
 	// coordinator, the sidecars' database (pg-restart stops it,
-	// postgres-stall freezes it), and
+	// postgres-stall freezes it, partition cuts a sidecar off it), and
 	// CitusWorkers workers holding the shards (worker-restart stops one,
 	// worker-stall freezes one). A coordinator has no standby here, so
 	// there are no pg-failovers.
@@ -44,21 +44,22 @@ type Config struct {
 	// places: fewer when they do not fit in Duration, unless its kind is in
 	// ExactCounts, when the run is refused instead. WorkerRestarts and
 	// WorkerStalls are of Citus workers, so only with Citus.
-	SidecarKills   int    `json:"sidecar-kills"`
-	SidecarTerms   int    `json:"sidecar-terms"`
-	PGRestarts     int    `json:"pg-restarts"`
-	PostgresStalls int    `json:"postgres-stalls"`
-	PGFailovers    int    `json:"pg-failovers"`
-	WorkerRestarts int    `json:"worker-restarts"`
-	WorkerStalls   int    `json:"worker-stalls"`
-	ConsumerKills  int    `json:"consumer-kills"`
-	LeaseExpiries  int    `json:"lease-expiries"`
-	Faults         string `json:"faults"`
+	SidecarKills      int    `json:"sidecar-kills"`
+	SidecarTerms      int    `json:"sidecar-terms"`
+	PGRestarts        int    `json:"pg-restarts"`
+	PostgresStalls    int    `json:"postgres-stalls"`
+	PGFailovers       int    `json:"pg-failovers"`
+	NetworkPartitions int    `json:"network-partitions"`
+	WorkerRestarts    int    `json:"worker-restarts"`
+	WorkerStalls      int    `json:"worker-stalls"`
+	ConsumerKills     int    `json:"consumer-kills"`
+	LeaseExpiries     int    `json:"lease-expiries"`
+	Faults            string `json:"faults"`
 	// ExactCounts are the kinds whose count was given (the command's
 	// flags that were set).
 	ExactCounts []FaultKind `json:"-"`
 	// PGDown is how long PostgreSQL (or a Citus worker) stays stopped or
-	// frozen; SidecarDown how long a stopped
+	// frozen, and a sidecar cut off it; SidecarDown how long a stopped
 	// sidecar stays down before it is started again.
 	PGDown      time.Duration `json:"pg-down"`
 	SidecarDown time.Duration `json:"sidecar-down"`
@@ -106,31 +107,32 @@ type Config struct {
 // DefaultConfig is what `make verify` runs: the stated target.
 func DefaultConfig() Config {
 	return Config{
-		Sidecars:        3,
-		Stages:          4,
-		Partitions:      1000,
-		Rate:            2000,
-		Duration:        600 * time.Second,
-		Consumers:       2,
-		LeaseSeconds:    10,
-		Out:             "verify.json",
-		CitusWorkers:    2,
-		SidecarKills:    3,
-		SidecarTerms:    1,
-		PGRestarts:      2,
-		PostgresStalls:  2,
-		PGFailovers:     2,
-		ConsumerKills:   2,
-		LeaseExpiries:   2,
-		PGDown:          10 * time.Second,
-		SidecarDown:     2 * time.Second,
-		OutageKills:     2,
-		DatabaseTimeout: store.DefaultTimeout,
-		PopBatch:        1000,
-		PopPartitions:   50,
-		WaitMs:          1000,
-		DrainTimeout:    5 * time.Minute,
-		Interval:        10 * time.Second,
+		Sidecars:          3,
+		Stages:            4,
+		Partitions:        1000,
+		Rate:              2000,
+		Duration:          600 * time.Second,
+		Consumers:         2,
+		LeaseSeconds:      10,
+		Out:               "verify.json",
+		CitusWorkers:      2,
+		SidecarKills:      3,
+		SidecarTerms:      1,
+		PGRestarts:        2,
+		PostgresStalls:    2,
+		PGFailovers:       2,
+		NetworkPartitions: 2,
+		ConsumerKills:     2,
+		LeaseExpiries:     2,
+		PGDown:            10 * time.Second,
+		SidecarDown:       2 * time.Second,
+		OutageKills:       2,
+		DatabaseTimeout:   store.DefaultTimeout,
+		PopBatch:          1000,
+		PopPartitions:     50,
+		WaitMs:            1000,
+		DrainTimeout:      5 * time.Minute,
+		Interval:          10 * time.Second,
 	}
 }
 

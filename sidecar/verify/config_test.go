@@ -7,7 +7,8 @@ import (
 
 // A Citus coordinator has no standby here, and worker restarts and stalls
 // need Citus workers: either is refused before anything starts, whether
-// asked for by a count or in --faults, and only then.
+// asked for by a count or in --faults, and only then. A partition is
+// possible on Citus: the coordinator goes into a network namespace.
 func TestValidateCitus(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -26,8 +27,8 @@ func TestValidateCitus(t *testing.T) {
 			"--worker-stalls 2: worker-stall faults need --citus, without which there are no Citus workers to freeze; add --citus or set --worker-stalls 0"},
 		{"worker stall scheduled", func(c *Config) { c.Faults = "worker-stall@10s" },
 			"--faults has worker-stall: worker-stall faults need --citus, without which there are no Citus workers to freeze; add --citus or leave it out of --faults"},
-		{"Citus with worker stalls", func(c *Config) {
-			c.Citus, c.PGFailovers, c.Faults = true, 0, "worker-stall@10s,postgres-stall@100s"
+		{"Citus with worker stalls and partitions", func(c *Config) {
+			c.Citus, c.PGFailovers, c.Faults = true, 0, "worker-stall@10s,partition@60s,postgres-stall@100s"
 		}, ""},
 		{"no workers", func(c *Config) { c.Citus, c.PGFailovers, c.CitusWorkers = true, 0, 0 }, "--citus-workers 0: want 1..16"},
 		{"Citus not loaded first", func(c *Config) {

@@ -18,12 +18,13 @@
 //   - the checker consumes the last queue and acks with `ack`;
 //   - faults are injected on a schedule: SIGKILL and SIGTERM of sidecars
 //     (restarted on the same spool directory), immediate stops and
-//     freezes (SIGSTOP) of PostgreSQL or of a Citus worker (pushes are
-//     spooled and replayed), a consumer that dies holding its leases, and
-//     a consumer that lets its leases expire. Each fault on a process is
-//     measured: the longest a push waited for its answer, the pushes
-//     answered buffered, and after a stall how soon the spools drained
-//     and the partitions' rows could be locked again.
+//     freezes (SIGSTOP) of PostgreSQL or of a Citus worker, a sidecar cut
+//     off PostgreSQL by a network partition (pushes are spooled and
+//     replayed), a consumer that dies holding its leases, and a consumer
+//     that lets its leases expire. Each fault on a process or the network
+//     is measured: the longest a push waited for its answer, the pushes
+//     answered buffered, and after a stall or a partition how soon the
+//     spools drained and the partitions' rows could be locked again.
 //
 // Every consumer, stages and checker alike, records what it is delivered in
 // an auditor for its queue, so a fault is pinned to the stage that let it

@@ -28,19 +28,23 @@ type FaultRecord struct {
 	Detail    string    `json:"detail"`
 	Outcome   string    `json:"outcome,omitempty"` // consumer faults: what became of the messages
 	Error     string    `json:"error,omitempty"`   // the fault could not be carried out as planned
+	// Skipped says why a fault was not carried out though that is no
+	// error: a partition where network namespaces cannot be made.
+	Skipped string `json:"skipped,omitempty"`
 
 	// What the loader's pushes went through from the fault's start until
-	// the sidecars had recovered, for the faults on processes (not the
-	// consumer faults): the longest a push request
+	// the sidecars had recovered, for the faults on processes and the
+	// network (not the consumer faults): the longest a push request
 	// waited for its answer, and the items answered buffered.
 	MaxPushWait *float64 `json:"maxPushWaitSeconds,omitempty"`
 	Buffered    *int64   `json:"buffered,omitempty"`
-	// SpoolsDrained is, after a restart or a stall, the time from the
-	// database answering again (started, thawed) until every sidecar was
-	// healthy with an empty spool.
+	// SpoolsDrained is, after a restart, a stall or a partition, the time
+	// from the database answering again (started, thawed, the link let
+	// through) until every sidecar was healthy with an empty spool.
 	SpoolsDrained *float64 `json:"spoolsDrainedSeconds,omitempty"`
-	// LocksFree is, after a stall, how long from the thaw until the rows
-	// LockProbe names could all be locked by another session.
+	// LocksFree is, after a stall or a partition, how long until the rows
+	// LockProbe names could all be locked by another session: from the
+	// thaw for a stall, from the cut for a partition.
 	LocksFree *float64 `json:"locksFreeSeconds,omitempty"`
 	LockProbe string   `json:"lockProbe,omitempty"`
 
@@ -96,6 +100,10 @@ func (in *injector) run(ctx context.Context, plan []plannedFault) {
 			return
 		}
 		r := &FaultRecord{Kind: f.Kind, PlannedAt: f.At.Seconds(), StartedAt: time.Since(in.start).Seconds()}
+		if r.Skipped = in.skipReason(f.Kind); r.Skipped != "" {
+			in.record(r)
+			continue
+		}
 		late := in.loader.hasEnded()
 		began := time.Now()
 		if !needsTraffic(f.Kind) {
@@ -114,6 +122,15 @@ func (in *injector) run(ctx context.Context, plan []plannedFault) {
 }
 
 func (in *injector) releaseTraffic() { in.releaseOnce.Do(func() { close(in.traffic) }) }
+
+// skipReason says why a fault of kind k cannot be carried out in this run
+// though that is no error, or "".
+func (in *injector) skipReason(k FaultKind) string {
+	if k == FaultPartition && in.cl.net == nil {
+		return in.cl.netSkip
+	}
+	return ""
+}
 
 // recovered closes r's window on the pushes, once the sidecars have
 // recovered from the fault (or the fault has ended otherwise), and
@@ -147,6 +164,8 @@ func (in *injector) inject(ctx context.Context, r *FaultRecord) error {
 		return in.failoverPostgres(ctx, r)
 	case FaultPostgresStall:
 		return in.stallPostgres(ctx, r)
+	case FaultPartition:
+		return in.partitionSidecar(ctx, r)
 	case FaultWorkerRestart:
 		return in.restartWorker(ctx, r)
 	case FaultWorkerStall:
@@ -161,6 +180,10 @@ func (in *injector) record(r *FaultRecord) {
 	in.mu.Lock()
 	in.records = append(in.records, r)
 	in.mu.Unlock()
+	if r.Skipped != "" {
+		fmt.Fprintf(in.out, "%7.1fs  fault  %-14s skipped: %s\n", r.StartedAt, r.Kind, r.Skipped)
+		return
+	}
 	fmt.Fprintf(in.out, "%7.1fs  fault  %-14s %s: %s%s%s\n", r.StartedAt, r.Kind, r.Target, r.Detail, figuresSuffix(r), errSuffix(r.Error))
 }
 

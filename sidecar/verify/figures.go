@@ -7,7 +7,7 @@ import (
 
 // figuresText puts a fault's figures in words: what the pushes went
 // through, how soon the spools drained and the locks went; "" for a fault
-// without figures (a consumer fault).
+// without figures (a consumer fault, or one that was skipped).
 func figuresText(r *FaultRecord) string {
 	var parts []string
 	if r.MaxPushWait != nil && r.Buffered != nil {
@@ -36,10 +36,18 @@ func answeringAgain(k FaultKind) string {
 	switch k {
 	case FaultPostgresStall, FaultWorkerStall:
 		return "the thaw"
+	case FaultPartition:
+		return "the link came back"
 	}
 	return "the restart"
 }
 
-// lockProbeFrom names the moment LocksFree counts from: a frozen server
-// can free no lock before the thaw.
-func lockProbeFrom(FaultKind) string { return "the thaw" }
+// lockProbeFrom names the moment LocksFree counts from: a partition's
+// sidecar holds its locks from the cut on, a frozen server can free none
+// before the thaw.
+func lockProbeFrom(k FaultKind) string {
+	if k == FaultPartition {
+		return "the cut"
+	}
+	return "the thaw"
+}

@@ -27,7 +27,7 @@ func (r *run) fill(rep *Report, stats []AuditStats, s pipelineState) {
 	rep.FaultCounts = map[FaultKind]int{}
 	for _, f := range r.inj.snapshot() {
 		rep.Faults = append(rep.Faults, *f)
-		if f.Error == "" {
+		if f.Error == "" && f.Skipped == "" {
 			rep.FaultCounts[f.Kind]++
 		}
 	}
@@ -58,6 +58,9 @@ func (r *run) throughput(faults []FaultRecord) []Interval {
 			iv.PerSec = append(iv.PerSec, float64(r.tl.count(g.label, b))/secs)
 		}
 		for _, f := range faults {
+			if f.Skipped != "" {
+				continue
+			}
 			if r.tl.bucket(r.start.Add(time.Duration(f.StartedAt*float64(time.Second)))) == b {
 				iv.Faults = append(iv.Faults, fmt.Sprintf("%s@%.0fs", f.Kind, f.StartedAt))
 			}

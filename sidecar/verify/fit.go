@@ -19,6 +19,7 @@ const (
 	pgFailoverCost     = 40 * time.Second // promotion and replay take seconds; rewinding the old primary and streaming it again the rest
 	workerRecoveryCost = 40 * time.Second // after --pg-down: a worker's crash recovery, and the replay waits for its in-doubt prepared transactions, resolved every citus.recover_2pc_interval (1 min); 1 to 37 s measured
 	stallRecoveryCost  = 10 * time.Second // after --pg-down: no crash recovery, every spool's replay; 1 to 2 s measured
+	partitionCost      = 10 * time.Second // after --pg-down: the sidecar's connections found dead and made again, its spool replayed; under 1 s measured
 	workerStallCost    = 20 * time.Second // after --pg-down: no crash recovery, the replay of the partitions on the worker's shards; 1 s measured in a short run
 	orderTakeCost      = 3 * time.Second  // a consumer fault: the next pop that returns messages
 	refusedCommit      = time.Second      // a lease-expiry's late commit, refused
@@ -41,6 +42,8 @@ func (c Config) faultCost(k FaultKind) time.Duration {
 		return c.PGDown + workerRecoveryCost
 	case FaultPostgresStall:
 		return c.PGDown + stallRecoveryCost
+	case FaultPartition:
+		return c.PGDown + partitionCost
 	case FaultWorkerStall:
 		return c.PGDown + workerStallCost
 	case FaultConsumerKill:
@@ -65,10 +68,12 @@ func trafficMargin(d time.Duration) time.Duration {
 	return min(max(d/20, 3*time.Second), 30*time.Second)
 }
 
-// countFlags names each kind's count flag, for the refusals.
+// countFlags names each kind's count flag, for the refusals. A partition
+// fault's is --network-partitions: --partitions counts a queue's
+// partitions.
 var countFlags = map[FaultKind]string{
 	FaultSidecarKill: "sidecar-kills", FaultSidecarTerm: "sidecar-terms", FaultPGRestart: "pg-restarts",
-	FaultPostgresStall: "postgres-stalls", FaultPGFailover: "pg-failovers",
+	FaultPostgresStall: "postgres-stalls", FaultPGFailover: "pg-failovers", FaultPartition: "network-partitions",
 	FaultWorkerRestart: "worker-restarts", FaultWorkerStall: "worker-stalls",
 	FaultConsumerKill: "consumer-kills", FaultLeaseExpiry: "lease-expiries",
 }
@@ -79,7 +84,7 @@ func CountFlag(k FaultKind) string { return countFlags[k] }
 func (c Config) counts() map[FaultKind]int {
 	return map[FaultKind]int{
 		FaultSidecarKill: c.SidecarKills, FaultSidecarTerm: c.SidecarTerms, FaultPGRestart: c.PGRestarts,
-		FaultPostgresStall: c.PostgresStalls, FaultPGFailover: c.PGFailovers,
+		FaultPostgresStall: c.PostgresStalls, FaultPGFailover: c.PGFailovers, FaultPartition: c.NetworkPartitions,
 		FaultWorkerRestart: c.WorkerRestarts, FaultWorkerStall: c.WorkerStalls,
 		FaultConsumerKill: c.ConsumerKills, FaultLeaseExpiry: c.LeaseExpiries,
 	}

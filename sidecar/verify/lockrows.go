@@ -30,6 +30,15 @@ func (r lockRows) count() int {
 	return n
 }
 
+// producerRows are the partitions of queue 1 that sidecar i's producer
+// pushes to (the loader gives partition p to producer p mod sidecars).
+func (in *injector) producerRows(ctx context.Context, i int) (lockRows, error) {
+	n := len(in.cl.sidecars)
+	rows, err := in.partitionRows(ctx, func(p int) bool { return p%n == i })
+	rows.what = fmt.Sprintf("the %d partitions of queue 1 that %s's producer pushes to", rows.count(), in.cl.sidecars[i])
+	return rows, err
+}
+
 // allRows are every partition of queue 1: a stalled PostgreSQL stalls
 // every producer.
 func (in *injector) allRows(ctx context.Context) (lockRows, error) {

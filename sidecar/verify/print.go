@@ -40,10 +40,10 @@ func printHeader(out io.Writer, rep *Report, plan []plannedFault) {
 // downTimes says how long each fault keeps its target down.
 func downTimes(c Config) string {
 	if c.Citus {
-		return fmt.Sprintf("the coordinator and a Citus worker down or frozen %v each, the coordinator's restarts with %d more sidecar kills inside; sidecars down %v each; the sidecars' database timeout %v",
+		return fmt.Sprintf("the coordinator and a Citus worker down or frozen, and a sidecar cut off, %v each, the coordinator's restarts with %d more sidecar kills inside; sidecars down %v each; the sidecars' database timeout %v",
 			c.PGDown, c.OutageKills, c.SidecarDown, c.DatabaseTimeout)
 	}
-	return fmt.Sprintf("PostgreSQL down or frozen %v each, the restarts with %d more sidecar kills inside; sidecars down %v each; the sidecars' database timeout %v",
+	return fmt.Sprintf("PostgreSQL down or frozen, and a sidecar cut off it, %v each, the restarts with %d more sidecar kills inside; sidecars down %v each; the sidecars' database timeout %v",
 		c.PGDown, c.OutageKills, c.SidecarDown, c.DatabaseTimeout)
 }
 
@@ -112,7 +112,7 @@ func printReport(out io.Writer, rep *Report) {
 	}
 	fmt.Fprintf(out, "\n%s: %d duplicates, %d gaps, %d order violations over all queues; %d of %d events through all %d stages to the checker; %d redeliveries; %d faults injected; drained %v in %.1f s\n",
 		verdict, rep.Duplicates, rep.Gaps, rep.OrderViolations, checker.Verified, checker.Events, rep.Config.Stages,
-		rep.Redeliveries, len(rep.Faults)-faultErrors(rep), rep.Drained, rep.DrainSeconds)
+		rep.Redeliveries, faultsInjected(rep), rep.Drained, rep.DrainSeconds)
 	fmt.Fprintln(out, verdictRule)
 }
 
@@ -137,8 +137,16 @@ func printFaults(out io.Writer, rep *Report) {
 			byKind = append(byKind, fmt.Sprintf("%d %s", n, k))
 		}
 	}
-	fmt.Fprintf(out, "\nfaults injected: %d (%s)\n", len(rep.Faults)-faultErrors(rep), strings.Join(byKind, ", "))
+	skipped := ""
+	if n := len(rep.Faults) - faultsInjected(rep) - faultErrors(rep); n > 0 {
+		skipped = fmt.Sprintf("; %d skipped", n)
+	}
+	fmt.Fprintf(out, "\nfaults injected: %d (%s)%s\n", faultsInjected(rep), strings.Join(byKind, ", "), skipped)
 	for _, f := range rep.Faults {
+		if f.Skipped != "" {
+			fmt.Fprintf(out, "  %7.1fs  %-14s skipped: %s\n", f.StartedAt, f.Kind, f.Skipped)
+			continue
+		}
 		fmt.Fprintf(out, "  %7.1fs  %-14s %s: %s\n", f.StartedAt, f.Kind, f.Target, f.Detail)
 		if t := figuresText(&f); t != "" {
 			fmt.Fprintf(out, "            %s\n", t)

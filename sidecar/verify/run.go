@@ -81,6 +81,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			fmt.Fprintf(out, "kept %s (PostgreSQL's cluster and log, the sidecars' spools and logs)\n", cl.tmp)
 		}
 	}()
+	if cl.netSkip != "" {
+		fmt.Fprintf(out, "every partition fault will be skipped: %s\n\n", cl.netSkip)
+	}
 	rep.Conditions = conditions(ctx, cl, cfg.pgSettingNames())
 	r := &run{cfg: cfg, runID: rep.RunID, seed: seed, out: out, cl: cl, vl: newViolationLog()}
 	if err := r.configureQueues(ctx); err != nil {

@@ -29,6 +29,10 @@ const (
 	// primary's when there is a standby, for --pg-down, then thaws them
 	// (SIGCONT): a host that hangs without closing a connection.
 	FaultPostgresStall FaultKind = "postgres-stall"
+	// FaultPartition drops, silently and both ways, everything between a
+	// random sidecar and PostgreSQL for --pg-down, then lets it through
+	// again; the other sidecars and the verifier are not cut off.
+	FaultPartition FaultKind = "partition"
 	// FaultWorkerRestart stops a random Citus worker with `pg_ctl stop -m
 	// immediate` and starts it again after --pg-down; only with --citus.
 	FaultWorkerRestart FaultKind = "worker-restart"
@@ -47,7 +51,7 @@ const (
 
 // FaultKinds lists every kind, in the order reports count them.
 func FaultKinds() []FaultKind {
-	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultPostgresStall, FaultPGFailover,
+	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultPostgresStall, FaultPGFailover, FaultPartition,
 		FaultWorkerRestart, FaultWorkerStall, FaultConsumerKill, FaultLeaseExpiry}
 }
 
@@ -79,6 +83,9 @@ func (c Config) explicitSchedule() bool { return strings.TrimSpace(c.Faults) != 
 
 // hasFailovers tells whether the run fails PostgreSQL over to a standby.
 func (c Config) hasFailovers() (bool, error) { return c.schedules(FaultPGFailover) }
+
+// hasPartitions tells whether the run cuts a sidecar off PostgreSQL.
+func (c Config) hasPartitions() (bool, error) { return c.schedules(FaultPartition) }
 
 // schedules tells whether the run's schedule has a fault of kind k.
 func (c Config) schedules(k FaultKind) (bool, error) {

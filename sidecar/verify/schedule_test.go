@@ -23,7 +23,7 @@ func TestSpreadFaults(t *testing.T) {
 		prev = f.At
 	}
 	want := map[FaultKind]int{FaultSidecarKill: 3, FaultSidecarTerm: 1, FaultPGRestart: 2, FaultPostgresStall: 2, FaultPGFailover: 2,
-		FaultConsumerKill: 2, FaultLeaseExpiry: 2}
+		FaultPartition: 2, FaultConsumerKill: 2, FaultLeaseExpiry: 2}
 	for k, n := range want {
 		if counts[k] != n {
 			t.Errorf("%d %s, want %d", counts[k], k, n)
@@ -191,9 +191,9 @@ func TestScheduleRefusesLateConsumerFaults(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	// TestVerifyWithFaults' schedule fits its 32 s.
-	cfg.Duration, cfg.LeaseSeconds, cfg.PGDown, cfg.SidecarDown = 32*time.Second, 4, 3*time.Second, time.Second
-	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,postgres-stall@21s,pg-failover@26s"
+	// TestVerifyWithFaults' schedule fits its 36 s.
+	cfg.Duration, cfg.LeaseSeconds, cfg.PGDown, cfg.SidecarDown = 36*time.Second, 4, 3*time.Second, time.Second
+	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,postgres-stall@21s,partition@26s,pg-failover@31s"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

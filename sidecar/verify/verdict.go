@@ -24,6 +24,18 @@ func faultErrors(rep *Report) int {
 	return n
 }
 
+// faultsInjected counts the faults carried out: neither failed nor
+// skipped.
+func faultsInjected(rep *Report) int {
+	n := 0
+	for _, f := range rep.Faults {
+		if f.Error == "" && f.Skipped == "" {
+			n++
+		}
+	}
+	return n
+}
+
 func trafficEnded(rep *Report) int {
 	n := 0
 	for _, f := range rep.Faults {
