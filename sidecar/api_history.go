@@ -27,8 +27,12 @@ func (s *Server) startHistory() {
 }
 
 // readHistory reads one sample. What could not be read is a gap (NaN),
-// never a zero: a chart must not show an outage as an idle queue.
+// never a zero: a chart must not show an outage as an idle queue. Its
+// reads are bounded by the database timeout too, so that a database that
+// hangs does not hold a connection of the pool for a whole interval.
 func (s *Server) readHistory(ctx context.Context) history.Sample {
+	ctx, cancel := s.store.Bound(ctx)
+	defer cancel()
 	gap := math.NaN()
 	// Without a spool its records are 0, as /api/spool says.
 	smp := history.Sample{Pushed: gap, Consumed: gap, DatabaseLatencyMs: gap, Popped: float64(s.metrics.popped.Load())}

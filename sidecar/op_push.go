@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -95,7 +96,12 @@ func (s *Server) push(ctx context.Context, args protocol.PushArgs) (protocol.Pus
 	cause := ""
 	if len(direct) > 0 {
 		dm, dp := pick(msgs, direct), pick(positions, direct)
+		// A push still unanswered after a fifth of the database timeout
+		// has the replayer check that PostgreSQL answers at all: in a stall,
+		// the pushes that follow then go to the spool at once.
+		suspect := time.AfterFunc(s.store.Timeout()/5, s.buffer.Suspect)
 		outcomes, err := s.store.Push(ctx, dm)
+		suspect.Stop()
 		switch {
 		case err == nil:
 			fillOutcomes(results, dp, outcomes)

@@ -144,10 +144,11 @@ func (b *Buffer) DownCause() string {
 }
 
 // Suspect asks the replayer to check at once whether PostgreSQL answers: a
-// call that timed out may mean the database is frozen, or only that it
-// waited on a lock. The replayer's ping, itself bounded, tells; only if it
-// fails do all pushes go straight to the spool (MarkDown), so that a
-// database that answers others is not taken for down.
+// push that takes long, or a call that timed out, may mean the database is
+// frozen, or only that it waited on a lock. The replayer's ping tells,
+// within probeTimeout: only if it fails do all pushes go straight to the
+// spool (MarkDown), so that a database that answers others (a Citus
+// coordinator whose one worker hangs) is not taken for down.
 func (b *Buffer) Suspect() {
 	b.suspect.Store(true)
 	b.wake()

@@ -21,6 +21,11 @@ const (
 	// recheckEvery is how often the replayer looks again without being
 	// woken: for PostgreSQL's return, and for records it could not store.
 	recheckEvery = time.Second
+	// probeTimeout bounds the ping of a suspicion (Suspect), below the
+	// database timeout: a server that cannot answer SELECT 1 within it
+	// while a push waits is taken for down, and the pushes that follow go
+	// to the spool at once rather than each wait the whole timeout.
+	probeTimeout = time.Second
 )
 
 // Run replays the spool whenever PostgreSQL answers and the schema is ready,
@@ -80,10 +85,14 @@ func (b *Buffer) Run(ctx context.Context, ready func() bool) {
 // replays every sealed segment, oldest first, retiring each once all of it
 // is committed.
 func (b *Buffer) pass(ctx context.Context) error {
-	if !b.suspect.Swap(false) && !b.down.Load() && b.sp.Stats().Records == 0 {
+	suspected, down := b.suspect.Swap(false), b.down.Load()
+	if !suspected && !down && b.sp.Stats().Records == 0 {
 		return nil
 	}
 	pctx, cancel := b.st.Bound(ctx)
+	if suspected && !down {
+		pctx, cancel = probeBound(pctx, cancel)
+	}
 	_, err := b.st.Ping(pctx)
 	cancel()
 	if err != nil {
@@ -239,4 +248,12 @@ func (b *Buffer) watchWindows(ctx context.Context, ready func() bool) {
 	if b.windows.warnOnce(stale != "") {
 		b.log.Warn(stale)
 	}
+}
+
+// probeBound bounds ctx, already bounded by the database timeout (whose
+// cancel is cancel), by probeTimeout too, when that is shorter; an end of
+// either says PostgreSQL did not answer in time.
+func probeBound(ctx context.Context, cancel context.CancelFunc) (context.Context, context.CancelFunc) {
+	pctx, pcancel := context.WithTimeoutCause(ctx, probeTimeout, &store.TimeoutError{After: probeTimeout})
+	return pctx, func() { pcancel(); cancel() }
 }
