@@ -1,11 +1,15 @@
 package store
 
 import (
+	"context"
+	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sys/unix"
 )
@@ -31,9 +35,11 @@ import (
 // The server's settings go as startup parameters, which a connection
 // pooler refuses (PgBouncer: "unsupported startup parameter"): they are
 // sent on the pool's connections only when no pooler is in the path (no
-// session URL set apart), and always on the session and listener
-// connections, which must reach PostgreSQL itself. Behind a pooler, its own
-// settings play that part (README, Operations: "Connections").
+// session URL set apart), and on the session and listener connections,
+// which should reach PostgreSQL itself; where a pooler stands there all
+// the same (a session pooler for the listener, or a mistake the session's
+// check will name), they connect again without them (connect). Behind a
+// pooler, its own settings play that part (README, Operations).
 type guards struct {
 	timeout time.Duration
 }
@@ -73,21 +79,29 @@ func (g guards) apply(cfg *pgconn.Config, serverSide bool) {
 	if !serverSide {
 		return
 	}
-	secs := func(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
-	millis := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	for name, value := range map[string]string{
-		"idle_in_transaction_session_timeout": millis(g.timeout),
-		"tcp_keepalives_idle":                 secs(max(g.timeout, time.Second)),
-		"tcp_keepalives_interval":             secs(g.probeInterval()),
-		"tcp_keepalives_count":                strconv.Itoa(keepaliveProbes),
-		"tcp_user_timeout":                    millis(g.timeout),
-		"client_connection_check_interval":    millis(g.probeInterval()),
-	} {
-		if _, given := cfg.RuntimeParams[name]; !given {
-			cfg.RuntimeParams[name] = value
+	for _, sg := range serverGuards {
+		if _, given := cfg.RuntimeParams[sg.name]; !given {
+			cfg.RuntimeParams[sg.name] = sg.value(g)
 		}
 	}
 }
+
+// serverGuards are the server's settings the guards set, and their values
+// in PostgreSQL's units.
+var serverGuards = []struct {
+	name  string
+	value func(guards) string
+}{
+	{"idle_in_transaction_session_timeout", func(g guards) string { return millis(g.timeout) }},
+	{"tcp_keepalives_idle", func(g guards) string { return secs(max(g.timeout, time.Second)) }},
+	{"tcp_keepalives_interval", func(g guards) string { return secs(g.probeInterval()) }},
+	{"tcp_keepalives_count", func(guards) string { return strconv.Itoa(keepaliveProbes) }},
+	{"tcp_user_timeout", func(g guards) string { return millis(g.timeout) }},
+	{"client_connection_check_interval", func(g guards) string { return millis(g.probeInterval()) }},
+}
+
+func secs(d time.Duration) string   { return strconv.Itoa(int(d / time.Second)) }
+func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 // control sets TCP_USER_TIMEOUT on a TCP socket before it connects: sent
 // data unacknowledged for the timeout ends the connection, where Linux
@@ -106,4 +120,20 @@ func (g guards) control(network, _ string, rc syscall.RawConn) error {
 		return err
 	}
 	return serr
+}
+
+// connect opens a connection of its own with cfg, guards included; a
+// pooler that refuses them is connected to again without them.
+func (s *Store) connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "08P01" || !strings.Contains(pgErr.Message, "unsupported startup parameter") {
+		return conn, err
+	}
+	s.log.Info("a connection pooler refused PostgreSQL's settings that end a vanished client's session; connected without them: set the pooler's own", "host", cfg.Host, "refused", pgErr.Message)
+	bare := cfg.Copy()
+	for _, sg := range serverGuards {
+		delete(bare.RuntimeParams, sg.name)
+	}
+	return pgx.ConnectConfig(ctx, bare)
 }

@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // WakeChannel is the PostgreSQL notification channel on which every push,
@@ -56,7 +54,7 @@ func (s *Store) Listen(ctx context.Context, onWake func(queue string), onConnect
 // listener is noticed within twice the database timeout.
 func (s *Store) listenOnce(ctx context.Context, onWake func(string), onConnect func()) error {
 	bctx, cancel := s.Bound(ctx)
-	conn, err := pgx.ConnectConfig(bctx, s.listen.Copy())
+	conn, err := s.connect(bctx, s.listen)
 	if err == nil {
 		_, err = conn.Exec(bctx, "LISTEN "+WakeChannel)
 		if err != nil {

@@ -118,7 +118,7 @@ func (p connPlan) connConfig(url string) (*pgx.ConnConfig, error) {
 
 // connectSession opens a connection to PostgreSQL itself, for one job.
 func (s *Store) connectSession(ctx context.Context) (*pgx.Conn, error) {
-	return pgx.ConnectConfig(ctx, s.session.Copy())
+	return s.connect(ctx, s.session)
 }
 
 // Ping performs a real round trip and returns how long it took.
