@@ -122,7 +122,7 @@ bench: build ## measure throughput, latency, CPU and memory with a throwaway Pos
 soak: build ## 10 minutes at 5,000 msg/s with retention on, printing table sizes and dead tuples (writes bin/soak.json)
 	./$(BIN) bench --scenarios soak --out bin/soak.json
 
-verify: build ## check exactly-once, in-order delivery through 4 stages for 10 minutes while sidecars and PostgreSQL are killed (writes verify.json; VERIFY_FLAGS to change it)
+verify: build ## check exactly-once, in-order delivery through 4 stages for 10 minutes while sidecars and PostgreSQL are killed, frozen and cut off (writes verify.json; VERIFY_FLAGS to change it)
 	./$(BIN) verify $(VERIFY_FLAGS)
 
 clean: ## remove build output (not ./.queenside, which holds the dev database)

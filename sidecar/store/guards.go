@@ -27,8 +27,12 @@ import (
 //     socket, so that the session of a sidecar partitioned away ends within
 //     2T and frees its locks (the janitor's advisory lock among them);
 //     idle_in_transaction_session_timeout ends a transaction left open
-//     between two statements for T, freeing its partition and cursor row
-//     locks; and client_connection_check_interval makes a statement that
+//     between two statements for T/5, freeing its partition and cursor row
+//     locks (the sidecar sends a transaction's next statement as soon as
+//     it has the last one's answer, or all of them at once, so only a
+//     vanished sidecar leaves one idle that long: every other sidecar's
+//     pushes to those partitions wait behind it); and
+//     client_connection_check_interval makes a statement that
 //     runs on (say, waiting for a lock) notice within T/5 that its client
 //     has hung up, rather than finish for no one.
 //
@@ -59,6 +63,13 @@ func (g guards) probeInterval() time.Duration {
 func DeadPeerBound(timeout time.Duration) time.Duration {
 	g := guards{timeout}
 	return g.timeout.Truncate(time.Second) + keepaliveProbes*g.probeInterval()
+}
+
+// IdleTransactionTimeout is how long PostgreSQL lets a session of the
+// sidecar's sit idle inside a transaction, holding its locks, before it
+// ends the session (idle_in_transaction_session_timeout).
+func IdleTransactionTimeout(timeout time.Duration) time.Duration {
+	return guards{timeout}.probeInterval()
 }
 
 // apply sets the client-side guards on cfg, and the server-side ones when
@@ -92,7 +103,7 @@ var serverGuards = []struct {
 	name  string
 	value func(guards) string
 }{
-	{"idle_in_transaction_session_timeout", func(g guards) string { return millis(g.timeout) }},
+	{"idle_in_transaction_session_timeout", func(g guards) string { return millis(IdleTransactionTimeout(g.timeout)) }},
 	{"tcp_keepalives_idle", func(g guards) string { return secs(max(g.timeout, time.Second)) }},
 	{"tcp_keepalives_interval", func(g guards) string { return secs(g.probeInterval()) }},
 	{"tcp_keepalives_count", func(guards) string { return strconv.Itoa(keepaliveProbes) }},

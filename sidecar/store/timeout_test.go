@@ -50,7 +50,7 @@ func TestGuardsOnTheConnections(t *testing.T) {
 				if want := name == "session" || c.poolGuards; guarded != want {
 					t.Fatalf("%s: server guards %v, want %v: %v", name, guarded, want, cfg.RuntimeParams)
 				}
-				if guarded && (cfg.RuntimeParams["idle_in_transaction_session_timeout"] != "3000" ||
+				if guarded && (cfg.RuntimeParams["idle_in_transaction_session_timeout"] != "1000" ||
 					cfg.RuntimeParams["tcp_keepalives_idle"] != "3" || cfg.RuntimeParams["tcp_keepalives_interval"] != "1" ||
 					cfg.RuntimeParams["tcp_keepalives_count"] != "5" || cfg.RuntimeParams["client_connection_check_interval"] != "1000") {
 					t.Fatalf("%s: %v", name, cfg.RuntimeParams)
@@ -94,8 +94,8 @@ func TestCallsOnAFrozenServerEndAtTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var idle string
-	if err := s.pool.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&idle); err != nil || idle != "500ms" {
-		t.Fatalf("idle_in_transaction_session_timeout is %q (%v), want 500ms", idle, err)
+	if err := s.pool.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&idle); err != nil || idle != "1s" {
+		t.Fatalf("idle_in_transaction_session_timeout is %q (%v), want 1s", idle, err)
 	}
 	if _, err := s.Push(ctx, messages("p", "warm", 1)); err != nil {
 		t.Fatal(err)
