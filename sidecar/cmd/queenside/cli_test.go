@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,7 +82,16 @@ func TestDevPushStatsHealthAndRestart(t *testing.T) {
 	dir := shortDir(t)
 	dev := startDev(t, bin, dir)
 
-	out, err := runCLI(t, bin, dir, "", "push", "--queue", "hello", "--payload", `{"hi": 1}`, "--transaction-id", "first")
+	// A second dev on the same directory refuses at once, saying who holds
+	// it, and leaves the first one's PostgreSQL alone.
+	began := time.Now()
+	out, err := runCLI(t, bin, dir, "", "dev", "--log-level", "warn", "--http-addr", "127.0.0.1:0")
+	want := fmt.Sprintf("is in use by queenside dev, process %d (socket %s", dev.Process.Pid, filepath.Join(dir, ".queenside", "queenside.sock"))
+	if err == nil || !strings.Contains(out, want) || strings.Count(strings.TrimSpace(out), "\n") > 0 || time.Since(began) > 10*time.Second {
+		t.Fatalf("a second dev on a directory in use: %v after %v\n%s\nwant one line with %q", err, time.Since(began), out, want)
+	}
+
+	out, err = runCLI(t, bin, dir, "", "push", "--queue", "hello", "--payload", `{"hi": 1}`, "--transaction-id", "first")
 	if err != nil || !strings.Contains(out, "queued") {
 		t.Fatalf("push: %v\n%s", err, out)
 	}

@@ -48,15 +48,30 @@ func runDev(c *cli.Context) error {
 			cfg.SpoolDir = filepath.Join(dir, "spool")
 		}
 	}
+	dir, err := filepath.Abs(c.String("dir"))
+	if err != nil {
+		return err
+	}
+	socket, err := filepath.Abs(cfg.SocketPath)
+	if err != nil {
+		return err
+	}
+	dashboard := ""
+	if cfg.HTTPAddr != "" {
+		dashboard = fmt.Sprintf("http://%s/", dashboardHost(cfg.HTTPAddr))
+	}
+	// Before anything is touched: a second dev on a directory in use would
+	// stop the first one's PostgreSQL.
+	lock, err := lockDevDir(dir, socket, dashboard)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 	tuneGC()
 	ctx, stop := signalContext()
 	defer stop()
 	cfg.DatabaseURL = c.String("database-url")
 	if cfg.DatabaseURL == "" {
-		dir, err := filepath.Abs(c.String("dir"))
-		if err != nil {
-			return err
-		}
 		cfg.Logger.Info("starting PostgreSQL", "dir", dir)
 		pg, err := pgserver.Start(ctx, pgserver.Options{Dir: dir, Logger: cfg.Logger.Named("postgres")})
 		if err != nil {
@@ -74,20 +89,20 @@ func runDev(c *cli.Context) error {
 		cfg.DatabaseURL = pg.URL(devDatabase)
 	}
 	cfg.OnReady = func(*sidecar.Server) {
-		abs, _ := filepath.Abs(cfg.SocketPath)
-		dashboard := ""
-		if cfg.HTTPAddr != "" {
-			dashboard = fmt.Sprintf("  dashboard: http://%s/\n", dashboardHost(cfg.HTTPAddr))
+		board := ""
+		if dashboard != "" {
+			board = "  dashboard: " + dashboard + "\n"
 		}
+		self := invokedAs()
 		fmt.Fprintf(os.Stderr, `
 queenside is serving on %s
   database: %s
-%s  try:      queenside push --queue hello --payload '{"hi": 1}'
-            queenside stats --queue hello
+%s  try:      %s push --queue hello --payload '{"hi": 1}'
+            %s stats --queue hello
   (the CLI finds ./%s from this directory; elsewhere export QUEENSIDE_SOCKET=%s)
 Ctrl-C stops the sidecar and PostgreSQL.
 
-`, abs, cfg.DatabaseURL, dashboard, queenside.DevSocket, abs)
+`, socket, cfg.DatabaseURL, board, self, self, queenside.DevSocket, socket)
 	}
 	err = sidecar.Run(ctx, cfg)
 	if errors.Is(err, schema.ErrSchemaMismatch) && c.String("database-url") == "" {
@@ -120,6 +135,16 @@ func createDatabase(ctx context.Context, adminURL, name string, reset bool) erro
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// invokedAs is how to run this binary again from where it was started: as
+// it was invoked when that named a path (bin/queenside after make run),
+// else by its name, found on the PATH.
+func invokedAs() string {
+	if strings.Contains(os.Args[0], string(os.PathSeparator)) {
+		return filepath.Clean(os.Args[0])
+	}
+	return filepath.Base(os.Args[0])
 }
 
 // dashboardHost is where a browser on this machine reaches addr: ":8080"
