@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -117,7 +118,8 @@ func TestDevPushStatsHealthAndRestart(t *testing.T) {
 
 	// A first pop and ack, as the README shows them.
 	out, err = runCLI(t, bin, dir, "", "pop", "--queue", "hello", "--batch", "2", "--ack")
-	if err != nil || !strings.Contains(out, `{"hi":1}`) || !strings.Contains(out, "cursor 2, released true") {
+	if err != nil || !strings.Contains(out, `{"hi":1}`) || !strings.Contains(out, "cursor 2, released true") ||
+		!strings.Contains(out, "(offset 0 delivered for the first time)") {
 		t.Fatalf("pop --ack: %v\n%s", err, out)
 	}
 	out, err = runCLI(t, bin, dir, "", "pop", "--queue", "hello", "--batch", "1", "--json")
@@ -239,6 +241,27 @@ func operateQueues(t *testing.T, bin, dir string) {
 	}
 	if out := run("groups", "-q", "ops", "--delete", "workers"); !strings.Contains(out, "deleted") {
 		t.Fatalf("groups --delete:\n%s", out)
+	}
+}
+
+// A usage error is one line, with the error and where help is, exit 2: not
+// the whole usage text, not the error twice.
+func TestUsageErrorsAreOneLine(t *testing.T) {
+	bin := buildCLI(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pop", "--queue", "x", "--batch", "abc"}, `queenside pop: invalid value "abc" for flag -batch: parse error (see queenside pop --help)`},
+		{[]string{"dlq", "replay", "--nosuch"}, "queenside dlq replay: flag provided but not defined: -nosuch (see queenside dlq replay --help)"},
+		{[]string{"nosuchcmd"}, `queenside: no command "nosuchcmd" (see queenside --help)`},
+	} {
+		cmd := exec.Command(bin, c.args...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || strings.TrimSpace(string(out)) != c.want {
+			t.Errorf("%v: %v\n%s\nwant exit 2 and the one line %q", c.args, err, out, c.want)
+		}
 	}
 }
 

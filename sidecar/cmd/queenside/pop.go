@@ -91,8 +91,8 @@ func printMessages(res protocol.PopResult) {
 	}
 	tw.Flush()
 	for _, l := range res.Leases {
-		fmt.Printf("lease %s on %s offsets %d..%d until %s (delivery %d of the first)\n",
-			l.LeaseID, l.Partition, l.FromOffset, l.ToOffset, l.ExpiresAt.Local().Format(time.TimeOnly), l.HeadAttempts)
+		fmt.Printf("lease %s on %s offsets %d..%d until %s (%s)\n",
+			l.LeaseID, l.Partition, l.FromOffset, l.ToOffset, l.ExpiresAt.Local().Format(time.TimeOnly), headDeliveries(l))
 	}
 }
 
@@ -107,4 +107,13 @@ func payloadText(raw []byte) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+// headDeliveries says how often the lease's first message has been
+// delivered to the group, this time included (headAttempts).
+func headDeliveries(l protocol.Lease) string {
+	if l.HeadAttempts <= 1 {
+		return fmt.Sprintf("offset %d delivered for the first time", l.FromOffset)
+	}
+	return fmt.Sprintf("offset %d delivered %d times, this one included", l.FromOffset, l.HeadAttempts)
 }
