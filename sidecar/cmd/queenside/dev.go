@@ -67,6 +67,14 @@ func runDev(c *cli.Context) error {
 		return err
 	}
 	defer lock.release()
+	signIn := dashboard
+	if dashboard != "" && cfg.AdminTokenFile == "" {
+		var token string
+		if cfg.AdminTokenFile, token, err = devAdminToken(dir); err != nil {
+			return err
+		}
+		signIn = dashboard + "#token=" + token
+	}
 	tuneGC()
 	ctx, stop := signalContext()
 	defer stop()
@@ -90,8 +98,11 @@ func runDev(c *cli.Context) error {
 	}
 	cfg.OnReady = func(*sidecar.Server) {
 		board := ""
-		if dashboard != "" {
-			board = "  dashboard: " + dashboard + "\n"
+		if signIn != "" {
+			board = "  dashboard: " + signIn + "\n"
+			if signIn != dashboard {
+				board += "             (signs you in with the admin token in " + filepath.Join(c.String("dir"), devTokenFile) + ")\n"
+			}
 		}
 		self := invokedAs()
 		fmt.Fprintf(os.Stderr, `

@@ -48,20 +48,25 @@ async function waitHttp(url, child) {
 }
 
 /**
- * Starts `queenside dev` with --http-addr and --admin-token-file.
- * @returns {Promise<{url: string, socket: string, token: string, dir: string, bin: string, stop: () => Promise<void>}>}
+ * Starts `queenside dev` with --http-addr and --admin-token-file; with
+ * devToken, without it: dev then makes its own admin token, and prints the
+ * link that signs a browser in (signIn).
+ * @returns {Promise<{url: string, socket: string, token: string, signIn: string, dir: string, bin: string, stop: () => Promise<void>}>}
  */
-export async function startSidecar({ args = [] } = {}) {
+export async function startSidecar({ args = [], devToken = false } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'queenside-dashboard-'));
   const bin = await buildSidecar(dir);
-  const token = randomBytes(24).toString('hex');
+  let token = randomBytes(24).toString('hex');
   const tokenFile = join(dir, 'admin-token');
-  writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
+  if (!devToken) {
+    writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
+    args = ['--admin-token-file', tokenFile, ...args];
+  }
   const port = await freePort();
   const socket = join(dir, 'queenside.sock');
   const child = spawn(bin, [
     'dev', '--dir', join(dir, 'pg'), '--socket', socket, '--spool-dir', join(dir, 'spool'),
-    '--http-addr', `127.0.0.1:${port}`, '--admin-token-file', tokenFile, '--log-level', 'warn', ...args,
+    '--http-addr', `127.0.0.1:${port}`, '--log-level', 'warn', ...args,
   ], { cwd: dir, env: sidecarEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout.on('data', (d) => { output += d; });
@@ -77,10 +82,13 @@ export async function startSidecar({ args = [] } = {}) {
     rmSync(dir, { recursive: true, force: true });
     throw err;
   }
+  const signIn = /dashboard:\s+(http\S+)/.exec(output)?.[1];
+  if (devToken) token = /#token=(\w+)/.exec(signIn || '')?.[1];
   return {
     url,
     socket,
     token,
+    signIn,
     // dev prints the URL of the database it started; other sidecars can share it
     databaseUrl: /database:\s+(postgres\S+)/.exec(output)?.[1],
     dir,

@@ -260,6 +260,26 @@ async function loadInfo() {
   renderTokenButton();
 }
 
+/**
+ * A sign-in link (queenside dev prints one: .../#token=...) keeps its
+ * token for the tab, as the token button would, and leaves the address
+ * bar at once, so that it is neither bookmarked nor shared. A token this
+ * sidecar refuses is forgotten; the token button asks for another.
+ */
+async function signInFromLink() {
+  const m = /^#token=([^&]+)$/.exec(location.hash);
+  if (!m) return;
+  history.replaceState(null, '', `${location.pathname}${location.search}#/queues`);
+  const token = safeDecode(m[1]);
+  try {
+    const auth = await api('auth', { token });
+    setToken(token, auth.role);
+  } catch {
+    setToken('');
+  }
+}
+
+await signInFromLink();
 setupTokenDialog();
 renderTokenButton();
 window.addEventListener('hashchange', route);

@@ -5,7 +5,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, startSecondSidecar, startSidecar, uniqueQueue } from '../harness.js';
 import { launch, openPage, text } from '../browser.js';
@@ -44,6 +44,38 @@ async function giveToken(page, token) {
   await page.click('#token-save');
   await page.waitForSelector('#token-dialog:not([open])');
 }
+
+test('queenside dev signs the browser in by the link it prints, and its dashboard writes', async () => {
+  const dev = await startSidecar({ devToken: true, args: ['--log-level', 'info'] });
+  try {
+    assert.match(dev.signIn, /^http:\/\/127\.0\.0\.1:\d+\/#token=\w{32,}$/, dev.output());
+    assert.match(dev.output(), /signs you in with the admin token in \S+admin-token/);
+    assert.equal(statSync(join(dev.dir, 'pg', 'admin-token')).mode & 0o777, 0o600, 'the token file is its user\'s alone');
+    const c = await connect({ socket: dev.socket });
+    const q = uniqueQueue('devsignin');
+    await c.push({ queue: q, payload: 1 });
+    await c.close();
+    const page = await openPage(browser);
+    await page.goto(dev.signIn);
+    await page.waitForFunction(() => document.getElementById('token-button').textContent === 'Admin token ✓');
+    assert.ok(!page.url().includes(dev.token), `the token left the address bar: ${page.url()}`);
+    // a write, which a dashboard without a token is refused
+    await page.goto(`${dev.url}#/queues/${encodeURIComponent(q)}`);
+    await page.waitForSelector('#pause-toggle:not([disabled])');
+    await page.click('#pause-toggle');
+    await page.waitForSelector('#confirm-dialog[open]');
+    await page.click('#confirm-ok');
+    await page.waitForSelector('#queue-badges [data-badge=paused]');
+    const writes = dev.output().split('\n').filter((l) => l.includes('dashboard write'));
+    assert.ok(writes.some((l) => /token=dev method=POST path=\/api\/queues\/\S+\/pause/.test(l)), `the write logged under the name dev:\n${dev.output()}`);
+    assert.ok(!writes.some((l) => l.includes(dev.token)), 'the token itself is not logged');
+    const problems = [...page.problems];
+    await page.close();
+    assert.deepEqual(problems, [], 'the page had problems');
+  } finally {
+    await dev.stop();
+  }
+});
 
 test('a sidecar with read tokens asks for one, reads with it, and writes only with an admin token', async () => {
   const q = uniqueQueue('guarded');
