@@ -109,6 +109,11 @@ func (s *Store) AckPop(ctx context.Context, items []protocol.AckItem, pop PopReq
 }
 
 func (s *Store) round(ctx context.Context, job *roundJob) (roundResult, error) {
+	if len(job.pops) > 0 {
+		if r, absent, err := s.popOfNoQueue(ctx, job); absent || err != nil {
+			return r, err
+		}
+	}
 	job.ctx, job.done = ctx, make(chan roundResult, 1)
 	if err := s.rounds.Submit(ctx, job); err != nil {
 		return roundResult{}, err
@@ -126,6 +131,30 @@ func (s *Store) round(ctx context.Context, job *roundJob) (roundResult, error) {
 		}
 		return roundResult{}, TimedOut(ctx, ctx.Err())
 	}
+}
+
+// popOfNoQueue answers a job whose pops name a queue that does not exist:
+// they deliver nothing and create nothing (their group's subscription is
+// recorded for when it does, queenside.join_group), and its acks, if any,
+// are applied alone. absent is false when the queue exists: the job is
+// then run in a round. The group looked up is cached for the round.
+func (s *Store) popOfNoQueue(ctx context.Context, job *roundJob) (r roundResult, absent bool, err error) {
+	p := job.pops[0]
+	_, err = s.groupID(ctx, groupKey{p.Queue, p.Group}, p.Mode, p.From)
+	switch {
+	case err == nil:
+		return r, false, nil
+	case !errors.Is(err, ErrQueueNotFound):
+		return r, false, TimedOut(ctx, err)
+	}
+	r.pops, r.popErrs = make([]protocol.PopResult, len(job.pops)), make([]error, len(job.pops))
+	for i := range r.pops {
+		r.pops[i] = protocol.PopResult{Messages: []protocol.Message{}, Leases: []protocol.Lease{}}
+	}
+	if len(job.acks) > 0 {
+		r.ack, r.err = s.Ack(ctx, job.acks)
+	}
+	return r, true, nil
 }
 
 // releaseUnsent gives back the leases a round grants to pops whose callers
