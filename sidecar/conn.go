@@ -65,7 +65,7 @@ func (c *conn) serve() {
 		if err != nil {
 			if errors.Is(err, protocol.ErrFrameTooLarge) {
 				// The framing cannot be trusted any more: say why, then close.
-				c.refuse(r, protocol.Errorf(protocol.CodeFrameTooLarge, "%v", err))
+				c.refuse(r, protocol.Errorf(protocol.CodeFrameTooLarge, "%v: the limit is this sidecar's --max-frame-bytes", err))
 			}
 			return
 		}

@@ -57,6 +57,9 @@ type Client struct {
 	done    chan struct{}
 
 	draining atomic.Bool // set by the sidecar's drain notice
+	// maxFrame is the sidecar's largest frame body, learnt from hello; 0
+	// until then (see checkFrame).
+	maxFrame atomic.Int64
 
 	retry RetryPolicy
 }
@@ -127,6 +130,9 @@ func (c *Client) call(ctx context.Context, op string, args any, result any) erro
 			requestBuffers.Put(buf)
 		}
 	}()
+	if err := c.checkFrame(ctx, op, len(body)); err != nil {
+		return err
+	}
 	ch := make(chan protocol.Response, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -171,11 +177,53 @@ func (c *Client) send(body []byte) error {
 		err = c.w.Flush()
 	}
 	if err != nil {
+		// The sidecar may have closed the connection over this very frame,
+		// having said why (frame_too_large): the answer waits in the
+		// socket, unread. It is read, and told, before the connection is
+		// let go.
+		select {
+		case <-c.done:
+		case <-time.After(time.Second):
+		}
 		c.nc.Close()
+		var perr *protocol.Error
+		if errors.As(c.closedErr(), &perr) {
+			return perr
+		}
 		return fmt.Errorf("queenside: send: %w", err)
 	}
 	return nil
 }
+
+// learnLimitAbove is the size above which a request is held against the
+// sidecar's frame limit, asking hello for it first if need be: a smaller
+// one fits any sidecar's limit but a tiny one, and costs no round trip.
+const learnLimitAbove = 64 << 10
+
+// checkFrame refuses, before it is sent, a request of size bytes that the
+// sidecar's frame limit cannot take: sent, it would make the sidecar close
+// the connection, failing every call in flight on it.
+func (c *Client) checkFrame(ctx context.Context, op string, size int) error {
+	if size <= learnLimitAbove || op == protocol.OpHello {
+		return nil
+	}
+	if c.maxFrame.Load() == 0 {
+		c.Hello(ctx, "queenside-go") //nolint:errcheck // without the limit, the sidecar's own answer says it
+	}
+	limit := c.maxFrame.Load()
+	if limit == 0 || int64(size) <= limit {
+		return nil
+	}
+	e := protocol.Errorf(protocol.CodeFrameTooLarge,
+		"%s: a request of %d bytes is above the sidecar's frame limit of %d bytes (its --max-frame-bytes): send fewer items a request, or raise the limit",
+		op, size, limit)
+	e.Details = map[string]any{"local": true, "bytes": size, "maxFrameBytes": limit}
+	return e
+}
+
+// MaxFrameBytes is the sidecar's largest frame body, as hello said; 0 before
+// a hello.
+func (c *Client) MaxFrameBytes() int { return int(c.maxFrame.Load()) }
 
 func (c *Client) closedErr() error {
 	c.mu.Lock()

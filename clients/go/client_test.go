@@ -32,6 +32,12 @@ func socketPath(t *testing.T) string {
 // startSidecar serves a real sidecar on a fresh database.
 func startSidecar(t *testing.T) string {
 	t.Helper()
+	return startSidecarWith(t, sidecar.Options{})
+}
+
+// startSidecarWith is startSidecar with the server's options.
+func startSidecarWith(t *testing.T, opts sidecar.Options) string {
+	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, pgtest.NewDatabase(t), nil)
 	if err != nil {
@@ -42,7 +48,7 @@ func startSidecar(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := sidecar.New(st, sidecar.Options{})
+	srv := sidecar.New(st, opts)
 	srv.SetReady()
 	go srv.Serve(ln) //nolint:errcheck
 	t.Cleanup(func() { srv.Close(); st.Close() })

@@ -39,9 +39,14 @@ func Item(queue string, v any) (PushItem, error) {
 }
 
 // Hello announces the client and returns what the sidecar says of itself.
+// The client keeps its frame limit (MaxFrameBytes), so that a request too
+// large for it is refused before it is sent.
 func (c *Client) Hello(ctx context.Context, client string) (HelloResult, error) {
 	var res HelloResult
 	err := c.Call(ctx, protocol.OpHello, protocol.HelloArgs{Protocol: protocol.Version, Client: client}, &res)
+	if err == nil && res.MaxFrameBytes > 0 {
+		c.maxFrame.Store(int64(res.MaxFrameBytes))
+	}
 	return res, err
 }
 

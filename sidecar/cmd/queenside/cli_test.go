@@ -116,6 +116,20 @@ func TestDevPushStatsHealthAndRestart(t *testing.T) {
 		t.Fatalf("a failed item exited 0:\n%s", out)
 	}
 
+	// Lines that add up to more than a frame go in as many requests as they
+	// need; a line that cannot fit in one is refused, naming the limit and
+	// the flag, and nothing is pushed.
+	big := strings.Repeat(strings.Repeat("x", 6<<20)+"\n", 3)
+	out, err = runCLI(t, bin, dir, big, "push", "-q", "big", "--encoding", "string", "--json")
+	if err != nil || strings.Count(out, `"queued"`) != 3 {
+		t.Fatalf("three 6 MB lines: %v\n%.500s", err, out)
+	}
+	out, err = runCLI(t, bin, dir, strings.Repeat("y", 17<<20)+"\n", "push", "-q", "big", "--encoding", "string")
+	if err == nil || !strings.Contains(out, "line 1: a message of") || !strings.Contains(out, "frame limit of 16777216 bytes") ||
+		!strings.Contains(out, "--max-frame-bytes") {
+		t.Fatalf("a 17 MB line: %v\n%.500s", err, out)
+	}
+
 	// A first pop and ack, as the README shows them.
 	out, err = runCLI(t, bin, dir, "", "pop", "--queue", "hello", "--batch", "2", "--ack")
 	if err != nil || !strings.Contains(out, `{"hi":1}`) || !strings.Contains(out, "cursor 2, released true") ||

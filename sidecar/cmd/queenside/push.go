@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -71,15 +72,25 @@ func runPush(c *cli.Context) error {
 			items[i].TransactionID = c.String("transaction-id-prefix") + "-" + strconv.Itoa(i+1)
 		}
 	}
-
 	cl, ctx, done, err := connect(c)
 	if err != nil {
 		return exitError("%v", err)
 	}
 	defer done()
+	// The sidecar's frame limit bounds a message, and how many go in a
+	// request.
+	hello, err := cl.Hello(ctx, "queenside-cli")
+	if err != nil {
+		return exitError("hello: %v", err)
+	}
+	requests, err := requestsOf(items, batch, hello.MaxFrameBytes)
+	if err != nil {
+		return exitError("%v", err)
+	}
 	var results []protocol.PushResult
-	for start := 0; start < len(items); start += batch {
-		res, err := cl.Push(ctx, items[start:min(start+batch, len(items))]...)
+	start := 0
+	for _, req := range requests {
+		res, err := cl.Push(ctx, req...)
 		if err != nil {
 			return exitError("push: %v", err)
 		}
@@ -87,6 +98,7 @@ func runPush(c *cli.Context) error {
 			res[i].Index += start
 		}
 		results = append(results, res...)
+		start += len(req)
 	}
 	if c.Bool("json") {
 		if err := printJSON(protocol.PushReply{Results: results}); err != nil {
@@ -114,16 +126,54 @@ func encodePayload(text, encoding string) ([]byte, error) {
 	return queenside.Payload(v)
 }
 
+// maxLine is the longest line read, the largest frame a sidecar takes
+// (its --max-frame-bytes at most 1 GiB): whether a message fits the
+// sidecar's own limit is told once it said it (requestsOf).
+const maxLine = 1 << 30
+
+// readLines reads the lines of r, skipping empty ones.
 func readLines(r io.Reader) ([]string, error) {
 	var lines []string
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), protocol.DefaultMaxFrameBytes)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	n := 0
 	for sc.Scan() {
+		n++
 		if sc.Text() != "" {
 			lines = append(lines, sc.Text())
 		}
 	}
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		return nil, fmt.Errorf("line %d is longer than %d bytes, more than any sidecar takes in a frame", n+1, maxLine)
+	}
 	return lines, sc.Err()
+}
+
+// frameSlack is what a request's envelope adds to its items: its id, op,
+// timeout and the keys around the items.
+const frameSlack = 256
+
+// requestsOf splits items into push requests of at most batch items, each
+// of which fits in the sidecar's frame limit. An item that cannot fit
+// alone is refused, naming it, the limit and the flag that raises it.
+func requestsOf(items []protocol.PushItem, batch, limit int) ([][]protocol.PushItem, error) {
+	var requests [][]protocol.PushItem
+	from, size := 0, frameSlack
+	for i, it := range items {
+		b, err := protocol.Marshal(it)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		if len(b)+frameSlack > limit {
+			return nil, fmt.Errorf("line %d: a message of %d bytes does not fit in the sidecar's frame limit of %d bytes: raise the sidecar's --max-frame-bytes, or push a smaller message", i+1, len(b), limit)
+		}
+		if i-from == batch || size+len(b) > limit {
+			requests = append(requests, items[from:i])
+			from, size = i, frameSlack
+		}
+		size += len(b)
+	}
+	return append(requests, items[from:]), nil
 }
 
 func printPushResults(results []protocol.PushResult) {
