@@ -125,7 +125,7 @@ export class Connection extends EventEmitter {
         // The sidecar would close the connection over it, failing every
         // other call in flight; refusing it here fails this call alone.
         return reject(localError('frame_too_large',
-          `request of ${frame.length - 4} bytes exceeds the sidecar's limit of ${this.maxFrameBytes}`, op));
+          `a request of ${frame.length - 4} bytes is above the sidecar's frame limit of ${this.maxFrameBytes} bytes (its --max-frame-bytes): send fewer items a request, or raise the limit`, op));
       }
 
       let timer;

@@ -78,6 +78,7 @@ describe('answered by the main sidecar', () => {
     const payload = new Uint8Array(client.maxFrameBytes + 1);
     const err = await rejection(client.push({ queue: uniqueQueue('big'), payload }));
     assertError(err, FrameTooLargeError, 'frame_too_large', false);
+    assert.match(err.message, new RegExp(`above the sidecar's frame limit of ${client.maxFrameBytes} bytes \\(its --max-frame-bytes\\)`));
     assert.equal(client.closed, false);
     assert.equal((await client.health()).status, 'ok');
   });

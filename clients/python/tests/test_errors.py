@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 import struct
+from pathlib import Path
+from typing import Iterator
 
 import msgpack
 import pytest
@@ -73,14 +75,39 @@ def test_bad_request_without_id_is_not_fatal(sidecar: Sidecar) -> None:
         assert by_id[9]["result"]["status"] == "ok"
 
 
-def test_frame_too_large_from_the_sidecar_closes(sidecar: Sidecar, queue: str) -> None:
-    with Client(sidecar.socket) as fresh:  # no hello: the client does not know the limit
+@pytest.fixture(scope="module")
+def tiny_sidecar(sidecar_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    """A sidecar whose frame limit is below the size at which a client asks for it."""
+    sc = Sidecar(sidecar_bin, tmp_path_factory.mktemp("tiny"), ["--max-frame-bytes", "4096"])
+    sc.start()
+    try:
+        yield sc
+    finally:
+        sc.stop()
+
+
+def test_frame_too_large_from_the_sidecar_closes(tiny_sidecar: Sidecar, queue: str) -> None:
+    # 8 KiB is too small for the client to ask the limit first: it is sent,
+    # and the sidecar's answer, read before the connection goes, is told.
+    with Client(tiny_sidecar.socket) as fresh:
         with pytest.raises(queenside.FrameTooLargeError) as caught:
-            fresh.push([PushItem(queue, b"x" * (MAX_FRAME_BYTES + 10))])
+            fresh.push([PushItem(queue, b"x" * 8192)])
         assert caught.value.details.get("local") is None
+        assert "--max-frame-bytes" in caught.value.message
         with pytest.raises(queenside.ConnectionClosedError):
             fresh.health()
         assert fresh.closed
+
+
+def test_frame_too_large_caught_before_it_is_sent_without_hello(sidecar: Sidecar, queue: str) -> None:
+    # A large request makes the client ask the sidecar's limit first.
+    with Client(sidecar.socket) as fresh:
+        with pytest.raises(queenside.FrameTooLargeError) as caught:
+            fresh.push([PushItem(queue, b"x" * (MAX_FRAME_BYTES + 10))])
+        assert caught.value.details["local"] is True
+        assert caught.value.details["maxFrameBytes"] == MAX_FRAME_BYTES
+        assert "--max-frame-bytes" in caught.value.message
+        assert fresh.health().ok  # the connection is still good
 
 
 def test_frame_too_large_caught_locally_after_hello(client: Client, queue: str) -> None:

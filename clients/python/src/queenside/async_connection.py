@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any, Callable, Dict, Optional
 
-from .connection import DEFAULT_MAX_IN_FLIGHT, NoticeHandler, request_frame, unaddressed_frame
+from .connection import DEFAULT_MAX_IN_FLIGHT, HELLO_ARGS, NoticeHandler, needs_limit, request_frame, unaddressed_frame
 from .envelope import Request, Response
 from .errors import (
     ConnectionClosedError,
@@ -138,6 +138,9 @@ class AsyncConnection:
         """Send one request and wait for its result; raise its error (see ``Connection.request``)."""
         self._raise_if_closed()
         budget = None if timeout is None else timeout + wait_seconds
+        if needs_limit(op, args, self.max_frame_bytes):
+            hello = await self.request("hello", HELLO_ARGS, timeout=timeout)
+            self.max_frame_bytes = hello.get("maxFrameBytes") or None
         ident = next(self._ids)
         data = request_frame(Request(ident, op, args, None if budget is None else max(1, int(budget * 1000))), self.max_frame_bytes)
         await self._slots.acquire()

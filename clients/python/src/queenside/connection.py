@@ -27,6 +27,7 @@ from .errors import (
     error_from_wire,
 )
 from .framing import MAX_BODY, frame, read_frame
+from .version import CLIENT_NAME
 
 __all__ = ["Connection", "DEFAULT_MAX_IN_FLIGHT", "request_frame", "unaddressed_frame"]
 
@@ -42,6 +43,20 @@ _ANSWER_MARGIN = 2.0
 NoticeHandler = Callable[[str], None]
 
 
+# A request above this size is held against the sidecar's frame limit,
+# asked of hello first when not known yet; a smaller one fits any sidecar's
+# limit but a tiny one, and costs no round trip (as in the Go and Node
+# clients).
+LEARN_LIMIT_ABOVE = 64 * 1024
+
+HELLO_ARGS: Dict[str, Any] = {"protocol": 1, "client": CLIENT_NAME}
+
+
+def needs_limit(op: str, args: Optional[Dict[str, Any]], max_frame_bytes: Optional[int]) -> bool:
+    """Whether the sidecar's frame limit must be asked before sending op."""
+    return max_frame_bytes is None and op != "hello" and len(Request(0, op, args, None).encode()) > LEARN_LIMIT_ABOVE
+
+
 def request_frame(req: Request, max_frame_bytes: Optional[int]) -> bytes:
     """The frame of req, refused here when it is above the sidecar's known limit.
 
@@ -52,7 +67,8 @@ def request_frame(req: Request, max_frame_bytes: Optional[int]) -> bytes:
     limit = max_frame_bytes or MAX_BODY
     if len(body) > limit:
         raise FrameTooLargeError(
-            f"{req.op}: request of {len(body)} bytes is above the frame limit of {limit}",
+            f"{req.op}: a request of {len(body)} bytes is above the sidecar's frame limit of {limit} bytes "
+            "(its --max-frame-bytes): send fewer items a request, or raise the limit",
             details={"local": True, "bytes": len(body), "maxFrameBytes": limit},
         )
     return frame(body)
@@ -140,6 +156,9 @@ class Connection:
         """
         budget = None if timeout is None else timeout + wait_seconds
         timeout_ms = None if budget is None else max(1, int(budget * 1000))
+        if needs_limit(op, args, self.max_frame_bytes):
+            hello = self.request("hello", HELLO_ARGS, timeout=timeout)
+            self.max_frame_bytes = hello.get("maxFrameBytes") or None
         future = self._submit(op, args, timeout_ms)
         try:
             response: Response = future.result(None if budget is None else budget + _ANSWER_MARGIN)
