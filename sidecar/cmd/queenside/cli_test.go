@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -36,13 +37,37 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
+// devProcess is a running `queenside dev` and what it printed.
+type devProcess struct {
+	*exec.Cmd
+	log *syncBuffer
+}
+
+// syncBuffer is a buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // startDev runs `queenside dev` in dir and waits until its socket answers health.
-func startDev(t *testing.T, bin, dir string) *exec.Cmd {
+func startDev(t *testing.T, bin, dir string) *devProcess {
 	t.Helper()
 	cmd := exec.Command(bin, "dev", "--log-level", "warn")
 	cmd.Dir = dir
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +84,7 @@ func startDev(t *testing.T, bin, dir string) *exec.Cmd {
 	for {
 		out, err := runCLI(t, bin, dir, "", "health")
 		if err == nil {
-			return cmd
+			return &devProcess{Cmd: cmd, log: log}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("dev never became healthy: %v %s\n%s", err, out, log.String())
@@ -168,6 +193,17 @@ func TestDevPushStatsHealthAndRestart(t *testing.T) {
 	}
 	if out, err := runCLI(t, bin, dir, "", "stats", "--queue", "nope"); err == nil {
 		t.Fatalf("stats of a missing queue exited 0:\n%s", out)
+	}
+
+	// The banner's command runs as printed.
+	try := regexp.MustCompile(`try: +(.+)`).FindStringSubmatch(dev.log.String())
+	if try == nil {
+		t.Fatalf("no try: line in the banner:\n%s", dev.log.String())
+	}
+	sh := exec.Command("sh", "-c", try[1])
+	sh.Dir = dir
+	if out, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(out), "queued") {
+		t.Fatalf("the banner's %q: %v\n%s", try[1], err, out)
 	}
 
 	operateQueues(t, bin, dir)
