@@ -218,6 +218,10 @@ func TestPushesOverTheSamePartitionsNeverDeadlock(t *testing.T) {
 func TestPartitionsAndGroupsCreatedAtOnceMeetInEveryCursor(t *testing.T) {
 	ts := startSidecar(t, "", Options{})
 	const producers, rounds, perRound, groups = 4, 10, 40, 5
+	consumer := ts.client(t)
+	// The queue exists first: a group's first pop of a queue that does not
+	// exist yet creates nothing.
+	configure(t, consumer, "q", func(*protocol.QueueOptions) {})
 	wait := pushAtOnce(t, ts.clients(t, producers), rounds, func(ci, r int) []protocol.PushItem {
 		items := make([]protocol.PushItem, perRound)
 		for i := range items {
@@ -229,7 +233,6 @@ func TestPartitionsAndGroupsCreatedAtOnceMeetInEveryCursor(t *testing.T) {
 		}
 		return items
 	}, nil)
-	consumer := ts.client(t)
 	for g := range groups {
 		mustPop(t, consumer, protocol.PopArgs{Queue: "q", Group: fmt.Sprintf("g%d", g), Batch: 1})
 	}
