@@ -265,8 +265,6 @@ func (h *popHub) look(l *popLoop, batch []*popWaiter) {
 	}
 	results, errs := h.s.store.PopMany(ctx, reqs, h.s.opts.MaxFrameBytes)
 	cancel()
-	// A look ends within the database timeout; the pops it served that
-	// could still wait are kicked again by the loop (deferred kicked).
 
 	now := time.Now()
 	draining := h.s.draining.Load()
