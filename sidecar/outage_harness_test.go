@@ -205,21 +205,28 @@ func (p *sidecarProcess) httpStatus(t *testing.T, path string) int {
 	return resp.StatusCode
 }
 
+// httpGet reads a path of the sidecar's HTTP port.
+func (p *sidecarProcess) httpGet(t *testing.T, path string) string {
+	t.Helper()
+	cl := http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get("http://" + p.httpAddr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // wantMetrics asserts that /metrics has each of the given lines.
 func (p *sidecarProcess) wantMetrics(t *testing.T, lines ...string) {
 	t.Helper()
-	cl := http.Client{Timeout: 5 * time.Second}
-	resp, err := cl.Get("http://" + p.httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := p.httpGet(t, "/metrics")
 	have := map[string]bool{}
-	for _, l := range strings.Split(string(body), "\n") {
+	for _, l := range strings.Split(body, "\n") {
 		have[l] = true
 	}
 	for _, l := range lines {

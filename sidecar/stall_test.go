@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -380,21 +378,6 @@ func (p *sidecarProcess) openFiles(t *testing.T) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
-}
-
-func (p *sidecarProcess) httpGet(t *testing.T, path string) string {
-	t.Helper()
-	cl := http.Client{Timeout: 5 * time.Second}
-	resp, err := cl.Get("http://" + p.httpAddr + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // wantMetricAbove asserts that a metric (its name and labels as /metrics
