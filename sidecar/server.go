@@ -65,7 +65,9 @@ type Server struct {
 	// finishes its transaction; only Close cancels it.
 	baseCtx context.Context
 	cancel  context.CancelFunc
-	ready   atomic.Bool // the schema is migrated and the store may be used
+	// listenDone is closed when the notification listener has returned.
+	listenDone chan struct{}
+	ready      atomic.Bool // the schema is migrated and the store may be used
 	// readyCh is closed when ready becomes true (readyOnce), for the
 	// requests waiting for it; startupErr is why the last attempt to
 	// migrate failed (nil when it did not).
@@ -139,7 +141,11 @@ func New(st *store.Store, opts Options) *Server {
 	st.OnLocalPush(s.wakes.wake)
 	// Notifications missed while the listener was away are made up for:
 	// every waiter looks again, and so does the control state.
-	go st.Listen(ctx, s.onWake, func() { s.wakes.wakeAll(); s.control.nudge() })
+	s.listenDone = make(chan struct{})
+	go func() {
+		defer close(s.listenDone)
+		st.Listen(ctx, s.onWake, func() { s.wakes.wakeAll(); s.control.nudge() })
+	}()
 	go s.runControl(ctx)
 	return s
 }
@@ -235,6 +241,10 @@ func (s *Server) Close() error {
 	s.startDraining()
 	s.mu.Unlock()
 	s.cancel()
+	// The listener's connection is closed before the process may exit:
+	// a wait cut short sends the server a cancel request, and a
+	// PgBouncer 1.18 whose cancel client vanishes mid-way exits.
+	<-s.listenDone
 	s.mu.Lock()
 	for ln := range s.listeners {
 		ln.Close()

@@ -58,7 +58,7 @@ func (s *Store) listenOnce(ctx context.Context, onWake func(string), onConnect f
 	if err == nil {
 		_, err = conn.Exec(bctx, "LISTEN "+WakeChannel)
 		if err != nil {
-			conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // reconnecting anyway
+			closeQuietly(conn)
 		}
 	}
 	cancel()

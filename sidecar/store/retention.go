@@ -116,6 +116,14 @@ func closeQuietly(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	conn.Close(ctx) //nolint:errcheck // the server ends the session either way
+	// A query cut short by its context left pgx sending a cancel request
+	// on a connection of its own; it is let finish, so that a process
+	// exiting next does not drop it half sent (which PgBouncer 1.18
+	// answers by exiting).
+	select {
+	case <-conn.PgConn().CleanupDone():
+	case <-ctx.Done():
+	}
 }
 
 // ExpireSegments deletes the segments the retention rules allow, from

@@ -100,7 +100,7 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeQuietly(conn)
 	return schema.MigrateVersions(ctx, conn)
 }
 
