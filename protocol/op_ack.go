@@ -14,6 +14,10 @@ const (
 // Per-item codes of ack, renew and release (besides unavailable).
 const (
 	ItemLeaseExpired = string(CodeLeaseExpired)
+	// ItemAlreadyAcked: the lease has ended and the group's cursor has
+	// already passed the message, so an earlier ack settled it (revision
+	// 1.2; lease_expired before).
+	ItemAlreadyAcked = "already_acked"
 	ItemNotInLease   = "not_in_lease"
 	ItemUnresolvable = "unresolvable"
 	ItemRewound      = "rewound"

@@ -12,7 +12,7 @@ type settleOutcome string
 
 const (
 	settledCommitted settleOutcome = "committed"
-	settledRefused   settleOutcome = "refused" // conflict or lease_expired: nothing of it was recorded
+	settledRefused   settleOutcome = "refused" // conflict, lease_expired or already_acked: nothing of it was recorded
 	settledGaveUp    settleOutcome = "gave up" // no answer before the leases expired
 	settledStopped   settleOutcome = "stopped" // the run ended
 )
