@@ -196,7 +196,7 @@ func produceAndConsume(t *testing.T, socket, queue string, tr trace.Tracer) (pro
 	}
 	cctx, cancel := context.WithTimeout(testContext(t), 20*time.Second)
 	defer cancel()
-	err = c.Consume(cctx, queue, func(ctx context.Context, m queenside.Message) error {
+	_, err = c.Consume(cctx, queue, func(ctx context.Context, m queenside.Message) error {
 		handler = trace.SpanContextFromContext(ctx)
 		cancel()
 		return nil

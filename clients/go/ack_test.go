@@ -95,3 +95,38 @@ func TestAckMessagesRefusesAMessageWithoutALease(t *testing.T) {
 		t.Fatalf("%d requests sent", n)
 	}
 }
+
+// m.Decode decodes the payload as json.Unmarshal decodes JSON: into a
+// struct by its msgpack tags, a map, any value; a mismatch is an error
+// naming the message.
+func TestDecodeReadsThePayloadIntoAValue(t *testing.T) {
+	c := dial(t, startSidecar(t))
+	ctx := context.Background()
+	it, err := queenside.Item("dec", map[string]any{"sku": "A1", "qty": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Push(ctx, it); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Pop(ctx, queenside.PopArgs{Queue: "dec", AutoAck: true})
+	if err != nil || len(res.Messages) != 1 {
+		t.Fatalf("pop: %+v, %v", res, err)
+	}
+	m := res.Messages[0]
+	var order struct {
+		SKU string `msgpack:"sku"`
+		Qty int    `msgpack:"qty"`
+	}
+	if err := m.Decode(&order); err != nil || order.SKU != "A1" || order.Qty != 2 {
+		t.Fatalf("into a struct: %+v, %v", order, err)
+	}
+	var asMap map[string]any
+	if err := m.Decode(&asMap); err != nil || asMap["sku"] != "A1" || len(asMap) != 2 {
+		t.Fatalf("into a map: %v, %v", asMap, err)
+	}
+	var n int
+	if err := m.Decode(&n); err == nil || !strings.Contains(err.Error(), "decode the payload of dec/Default offset 0") {
+		t.Fatalf("into an int: %v", err)
+	}
+}

@@ -5,18 +5,23 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/queenside/queenside/protocol"
 )
 
 // AckError reports ack items that did not succeed: the cursor did not move
 // for them, and their messages will be delivered again (after the lease
 // expires, or at once when it was released). Consume with AckAsync hands
-// it to ConsumeOptions.OnAckError.
+// it to ConsumeOptions.OnAckError. An item answered already_acked is not
+// one of them: an earlier ack settled its message.
 type AckError struct {
 	// Items are the items that did not succeed.
 	Items []AckItem
+	// Indexes holds each of Items' position in its ack call, from 0.
+	Indexes []int
 	// Codes holds the sidecar's code for each of Items (lease_expired,
-	// not_in_lease, rewound...) when the call was answered; nil when Err
-	// is set.
+	// not_in_lease, rewound...; ItemCodeText says them in words) when the
+	// call was answered; nil when Err is set.
 	Codes []string
 	// Err is the error of the ack call itself (the connection broke, the
 	// sidecar was unavailable...); nil when the call was answered and only
@@ -24,19 +29,29 @@ type AckError struct {
 	Err error
 }
 
+// maxItemsTold bounds how many refused items AckError's text spells out.
+const maxItemsTold = 5
+
+// Error says "queenside: 1 ack item(s) refused, to be delivered again: ack
+// item 0 (offset 7): lease expired (lease_expired)".
 func (e *AckError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("queenside: ack of %d item(s) failed: %v", len(e.Items), e.Err)
 	}
-	codes := map[string]bool{}
-	var list []string
-	for _, c := range e.Codes {
-		if !codes[c] {
-			codes[c] = true
-			list = append(list, c)
+	var told []string
+	for i, it := range e.Items {
+		if i == maxItemsTold {
+			told = append(told, fmt.Sprintf("and %d more", len(e.Items)-i))
+			break
 		}
+		var index int
+		var code string
+		if i < len(e.Indexes) && i < len(e.Codes) {
+			index, code = e.Indexes[i], e.Codes[i]
+		}
+		told = append(told, describeAckItem(index, it, code))
 	}
-	return fmt.Sprintf("queenside: %d ack item(s) refused (%s); they will be delivered again", len(e.Items), strings.Join(list, ", "))
+	return fmt.Sprintf("queenside: %d ack item(s) refused, to be delivered again: %s", len(e.Items), strings.Join(told, "; "))
 }
 
 func (e *AckError) Unwrap() error { return e.Err }
@@ -142,13 +157,14 @@ func (a *acker) send(items []AckItem) {
 	}
 	var failed *AckError
 	for _, r := range res.Results {
-		if r.Success || r.Index < 0 || r.Index >= len(items) {
-			continue
+		if r.Success || r.Code == protocol.ItemAlreadyAcked || r.Index < 0 || r.Index >= len(items) {
+			continue // already_acked: an earlier ack settled the message
 		}
 		if failed == nil {
 			failed = &AckError{}
 		}
 		failed.Items = append(failed.Items, items[r.Index])
+		failed.Indexes = append(failed.Indexes, r.Index)
 		failed.Codes = append(failed.Codes, r.Code)
 	}
 	if failed != nil {

@@ -116,7 +116,7 @@ func TestConsumeAckAsyncAcksEveryMessageOnceInFewerCalls(t *testing.T) {
 	leases := map[string]bool{}
 	var ackErrs []error
 	var mu sync.Mutex
-	err := c.Consume(ctx, "async", func(_ context.Context, m queenside.Message) error {
+	_, err := c.Consume(ctx, "async", func(_ context.Context, m queenside.Message) error {
 		seen[m.TransactionID]++
 		leases[m.LeaseID] = true
 		if len(seen) == n {
@@ -171,7 +171,7 @@ func TestConsumeAckAsyncStopFlushesPendingAcks(t *testing.T) {
 	c, next := dial(t, path), dial(t, path)
 	pushMany(t, c, "flush", 10)
 	ctx, cancel := context.WithCancel(context.Background())
-	err := c.Consume(ctx, "flush", func(_ context.Context, m queenside.Message) error {
+	_, err := c.Consume(ctx, "flush", func(_ context.Context, m queenside.Message) error {
 		if m.Offset == 9 {
 			cancel()
 		}
@@ -197,7 +197,7 @@ func TestConsumeAckAsyncStopMidBatchAcksThenReleases(t *testing.T) {
 	c, next := dial(t, path), dial(t, path)
 	pushMany(t, c, "mid", 10)
 	ctx, cancel := context.WithCancel(context.Background())
-	err := c.Consume(ctx, "mid", func(_ context.Context, m queenside.Message) error {
+	_, err := c.Consume(ctx, "mid", func(_ context.Context, m queenside.Message) error {
 		if m.Offset == 2 {
 			cancel()
 		}
@@ -221,7 +221,7 @@ func TestConsumeAckAsyncRetriesFailuresInOrder(t *testing.T) {
 	defer cancel()
 	var seen []int64
 	failedOnce := false
-	err := c.Consume(ctx, "nack", func(_ context.Context, m queenside.Message) error {
+	_, err := c.Consume(ctx, "nack", func(_ context.Context, m queenside.Message) error {
 		seen = append(seen, m.Offset)
 		if m.Offset == 5 && !failedOnce {
 			failedOnce = true
@@ -272,7 +272,7 @@ func TestConsumeAckAsyncReportsAnAckOfALapsedLease(t *testing.T) {
 	var deliveries atomic.Int32
 	var mu sync.Mutex
 	var ackErrs []error
-	err := c.Consume(ctx, "lapse", slowFirstDelivery(cancel, &deliveries), queenside.ConsumeOptions{
+	_, err := c.Consume(ctx, "lapse", slowFirstDelivery(cancel, &deliveries), queenside.ConsumeOptions{
 		Batch: 1, LeaseSeconds: 1, RenewEvery: time.Hour, WaitMs: 200, AckAsync: true,
 		OnAckError: func(err error) { mu.Lock(); ackErrs = append(ackErrs, err); mu.Unlock() },
 	})
@@ -302,7 +302,7 @@ func TestConsumeAckAsyncWithoutCallbackReturnsTheAckError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var deliveries atomic.Int32
-	err := c.Consume(ctx, "lapse2", slowFirstDelivery(cancel, &deliveries), queenside.ConsumeOptions{
+	_, err := c.Consume(ctx, "lapse2", slowFirstDelivery(cancel, &deliveries), queenside.ConsumeOptions{
 		Batch: 1, LeaseSeconds: 1, RenewEvery: time.Hour, WaitMs: 200, AckAsync: true,
 	})
 	var ae *queenside.AckError

@@ -35,7 +35,7 @@ func TestConsumeAcksAndRetriesFailures(t *testing.T) {
 	defer cancel()
 	var seen []int64
 	failedOnce := false
-	err := c.Consume(ctx, "jobs", func(_ context.Context, m queenside.Message) error {
+	_, err := c.Consume(ctx, "jobs", func(_ context.Context, m queenside.Message) error {
 		seen = append(seen, m.Offset)
 		if m.Offset == 5 && !failedOnce {
 			failedOnce = true
@@ -72,7 +72,7 @@ func TestConsumeRenewsWhileAHandlerRunsLong(t *testing.T) {
 	var rivalGot []queenside.Message
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Consume(ctx, "slow", func(_ context.Context, m queenside.Message) error {
+		_, err := c.Consume(ctx, "slow", func(_ context.Context, m queenside.Message) error {
 			if m.Offset == 0 {
 				time.Sleep(2500 * time.Millisecond) // longer than the 1 s lease
 				res, err := rival.Pop(context.Background(), queenside.PopArgs{Queue: "slow", Batch: 2})
@@ -86,6 +86,7 @@ func TestConsumeRenewsWhileAHandlerRunsLong(t *testing.T) {
 			}
 			return nil
 		}, queenside.ConsumeOptions{Batch: 2, LeaseSeconds: 1, RenewEvery: 300 * time.Millisecond, WaitMs: 200})
+		done <- err
 	}()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func TestConsumeStopReleasesWhatItDidNotStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	handled := 0
-	err := c.Consume(ctx, "stop", func(_ context.Context, m queenside.Message) error {
+	_, err := c.Consume(ctx, "stop", func(_ context.Context, m queenside.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		handled++
@@ -141,7 +142,7 @@ func TestConsumeCarriesEachBatchsAcksOnTheNextPop(t *testing.T) {
 	defer cancel()
 	seen := map[string]int{}
 	batches := map[string]bool{}
-	err := c.Consume(ctx, "carried", func(_ context.Context, m queenside.Message) error {
+	_, err := c.Consume(ctx, "carried", func(_ context.Context, m queenside.Message) error {
 		seen[m.TransactionID]++
 		batches[m.LeaseID] = true
 		if len(seen) == n {

@@ -74,9 +74,12 @@ func (c *Client) DLQReplay(ctx context.Context, ids ...int64) ([]DLQReplayResult
 
 // Transaction commits acks and pushes together, or nothing: if an ack item
 // cannot succeed the error has code conflict, with the ack results in its
-// details.
+// details. The pushes are checked as Push checks its items.
 func (c *Client) Transaction(ctx context.Context, acks []AckItem, pushes []PushItem) (TransactionResult, error) {
 	var res TransactionResult
+	if err := checkPushItems(pushes); err != nil {
+		return res, err
+	}
 	err := c.Call(ctx, protocol.OpTransaction, protocol.TransactionArgs{Acks: acks, Pushes: withTraceContext(ctx, pushes)}, &res)
 	return res, err
 }

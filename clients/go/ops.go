@@ -29,7 +29,8 @@ func Payload(v any) (msgpack.RawMessage, error) {
 	return protocol.Marshal(v)
 }
 
-// Item builds a push item for queue with payload v, in the default partition.
+// Item builds a push item for queue with payload v, in the default
+// partition. A nil v is a payload too: msgpack's nil, delivered as such.
 func Item(queue string, v any) (PushItem, error) {
 	p, err := Payload(v)
 	if err != nil {
@@ -53,8 +54,12 @@ func (c *Client) Hello(ctx context.Context, client string) (HelloResult, error) 
 // Push stores items and returns one result per item, in order. An item can
 // fail alone: check each result's Status. When ctx holds a span, its trace
 // context goes in the headers of the items without a traceparent (see
-// tracing.go).
+// tracing.go). An item without a queue or a payload is refused before
+// anything is sent (see checkPushItems).
 func (c *Client) Push(ctx context.Context, items ...PushItem) ([]PushResult, error) {
+	if err := checkPushItems(items); err != nil {
+		return nil, err
+	}
 	var res protocol.PushReply
 	err := c.Call(ctx, protocol.OpPush, protocol.PushArgs{Items: withTraceContext(ctx, items)}, &res)
 	return res.Results, err
@@ -87,4 +92,26 @@ func (c *Client) Health(ctx context.Context) (HealthResult, error) {
 	var res HealthResult
 	err := c.Call(ctx, protocol.OpHealth, struct{}{}, &res)
 	return res, err
+}
+
+// checkPushItems refuses, as the protocol's invalid_argument, a push whose
+// items are not all complete: each needs a queue and a payload (Item(q,
+// nil) is one: msgpack's nil). Nothing is sent then: the error names the
+// first such item by its index, from 0, and its Details say "local".
+func checkPushItems(items []PushItem) error {
+	for i, it := range items {
+		what := ""
+		switch {
+		case it.Queue == "":
+			what = "queue is required"
+		case len(it.Payload) == 0:
+			what = "payload is required"
+		default:
+			continue
+		}
+		e := protocol.Errorf(protocol.CodeInvalidArgument, "push item %d: %s", i, what)
+		e.Details = map[string]any{"local": true, "index": i}
+		return e
+	}
+	return nil
 }

@@ -42,7 +42,7 @@ func TestConsumeJoinsTheProducersTrace(t *testing.T) {
 	}
 	var got queenside.Message
 	var handled trace.SpanContext
-	err := c.Consume(ctx, "traced", func(hctx context.Context, m queenside.Message) error {
+	_, err := c.Consume(ctx, "traced", func(hctx context.Context, m queenside.Message) error {
 		got, handled = m, trace.SpanContextFromContext(hctx)
 		cancel()
 		return nil

@@ -1,5 +1,6 @@
 // Types of the queenside Node client. The sources are plain ESM JavaScript
-// under src/; these declarations describe their public surface.
+// under src/ (which CommonJS loads with require() too, Node 20.19 or
+// later); these declarations describe their public surface.
 
 import { EventEmitter } from 'node:events';
 import type { Code, CodeRow } from './src/codes.js';
@@ -55,11 +56,18 @@ export interface HelloResult {
   [key: string]: unknown;
 }
 
+/**
+ * An item of push (or of transaction's pushes). One without a queue, or
+ * without a payload (null is a payload, undefined is none), is refused
+ * before anything is sent: the call rejects with InvalidArgumentError
+ * ("push item 2: payload is required"). A key not named here is refused
+ * with a TypeError.
+ */
 export interface PushItem {
   queue: string;
   /** Default "Default". */
   partition?: string;
-  /** Any value msgpack can hold; null is a real payload. Leaving it out fails the item. */
+  /** Any value msgpack can hold; null is a real payload. Required unless payloadBytes is given. */
   payload?: unknown;
   /** An already-encoded msgpack value, sent byte for byte (instead of payload). */
   payloadBytes?: Uint8Array;
@@ -161,9 +169,16 @@ export type AckLike = AckItem | Message;
 export interface AckItemResult {
   index: number;
   success: boolean;
-  code?: 'lease_expired' | 'not_in_lease' | 'unresolvable' | 'rewound' | 'unavailable' | string;
+  /** Why it did not succeed; ACK_ITEM_CODES gives each in words. */
+  code?: AckItemCode | string;
   deadLettered?: boolean;
 }
+
+/** The per-item codes of ack, renew and release (already_acked: revision 1.2). */
+export type AckItemCode = 'already_acked' | 'lease_expired' | 'not_in_lease' | 'unresolvable' | 'rewound' | 'unavailable';
+
+/** Each per-item code and what it means in words ("already acknowledged"), as error messages and logs say it. */
+export declare const ACK_ITEM_CODES: Readonly<Record<AckItemCode, string>>;
 
 export interface AckLeaseResult {
   leaseId: string;
@@ -332,6 +347,7 @@ export interface HealthResult {
 
 // ---------------------------------------------------------------- consumption
 
+/** Options of consume() and messages(); a name not listed here is refused with a TypeError. */
 export interface ConsumerOptions {
   group?: string;
   partition?: string;
@@ -339,7 +355,7 @@ export interface ConsumerOptions {
   batch?: number;
   /** Partitions per pop, default 1. */
   partitions?: number;
-  /** Long-poll time per pop, default 5000. */
+  /** Long-poll time per pop, default 5000. A stop does not wait for it. */
   waitMs?: number;
   /** Lease time asked for on pop and renew; default the queue's. */
   leaseSeconds?: number;
@@ -349,7 +365,11 @@ export interface ConsumerOptions {
   renewEveryMs?: number;
   /** Stops the loop: the message in hand is finished, the rest released. */
   signal?: AbortSignal;
-  /** Stop on SIGINT and SIGTERM (true), or on the signals listed. */
+  /**
+   * Stop as `signal` does on SIGINT and SIGTERM (true, the default), on the
+   * signals listed, or on none (false). The first signal stops the loops;
+   * the process's own handling of it is back at once.
+   */
   stopOnSignals?: boolean | NodeJS.Signals[];
 }
 
@@ -373,9 +393,22 @@ export interface ConsumeOptions extends ConsumerOptions {
    * ack ends consume(), which rejects with the AckError.
    */
   onAckError?: (error: AckError) => void;
+  /**
+   * How long a failed message is held, its lease renewed, before its
+   * failure is acked (and it comes again): min(initialMs * 2^(n-1), maxMs)
+   * after its n-th failure. A field left out keeps its default
+   * ({initialMs: 1000, maxMs: 60000}); false acks failures at once.
+   */
+  failureBackoff?: { initialMs?: number; maxMs?: number } | false;
+  /** Where handler failures and refused acks are logged, one line each; default console. */
+  logger?: { warn(line: string): unknown };
 }
 
-/** Ack items that did not succeed (consume() with ackAsync): the cursor did not move for them. */
+/**
+ * Ack items that did not succeed (consume() with ackAsync): the cursor did
+ * not move for them. Its message says what happened to each, in words:
+ * "ack item 0: lease expired (lease_expired)".
+ */
 export declare class AckError extends Error {
   /** The ack items that did not succeed. */
   readonly items: AckItem[];
@@ -399,9 +432,9 @@ export interface ConsumedMessage extends Message {
 }
 
 export interface ConsumeTotals {
-  /** Completions the sidecar recorded. */
+  /** Messages whose handler returned, as the sidecar recorded them. */
   completed: number;
-  /** Failures the sidecar recorded. */
+  /** Messages whose handler failed, as the sidecar recorded them. */
   failed: number;
 }
 
@@ -509,7 +542,11 @@ export declare class Client extends EventEmitter {
 
   /** Consumption as an async iterator; see the README for when a message counts as done. */
   messages(queue: string, options?: MessagesOptions): MessageIterator;
-  /** Runs handler over the queue's messages until stopped; resolves after a clean stop. */
+  /**
+   * Runs handler over the queue's messages until stopped (signal, or
+   * SIGINT/SIGTERM); resolves after a clean stop. Rejects at once with a
+   * TypeError when handler is not a function.
+   */
   consume(queue: string, handler: Handler, options?: ConsumeOptions): Promise<ConsumeTotals>;
 
   on(event: 'draining', listener: () => void): this;
@@ -533,8 +570,15 @@ export declare function completed(message: { leaseId?: string; offset: Integer }
 /** An ack item failing a popped message (charged to its retry budget). */
 export declare function failed(message: { leaseId?: string; offset: Integer }, reason?: unknown): AckItem;
 
-/** First 32 hex digits of SHA-256 over the canonical msgpack array of the parts. */
-export declare function stableTransactionId(...parts: Array<string | number | bigint | boolean | Uint8Array>): string;
+/**
+ * A transaction id from the parts that identify an item: each part as bytes
+ * (a string as UTF-8, an integer in decimal, bytes as they are), prefixed
+ * with its length as 4 big-endian bytes, hashed with SHA-256; the first 32
+ * hex digits. The same as Go's TransactionID and Python's transaction_id.
+ * Throws a TypeError for no parts, or a part of another type (a boolean,
+ * a number that is not a safe integer, null...).
+ */
+export declare function transactionId(...parts: Array<string | number | bigint | Uint8Array>): string;
 
 // ---------------------------------------------------------------- codec
 

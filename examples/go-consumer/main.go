@@ -1,5 +1,7 @@
 // Command go-consumer consumes a queue as one consumer group, doing
-// idempotent work keyed by each message's transaction id, until Ctrl-C.
+// idempotent work keyed by each message's transaction id, until Ctrl-C
+// (or SIGTERM): Consume then finishes the order in hand, acks what
+// completed and releases the rest.
 package main
 
 import (
@@ -7,11 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/vmihailenco/msgpack/v5"
 
 	queenside "github.com/queenside/queenside/clients/go"
 )
@@ -22,8 +19,7 @@ func main() {
 	group := flag.String("group", "billing", "consumer group")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := context.Background()
 	c, err := queenside.Dial(ctx, *socket)
 	if err != nil {
 		log.Fatal(err)
@@ -34,7 +30,7 @@ func main() {
 	// billed twice: the transaction id survives redelivery, so key on it.
 	// A real worker keeps this set where its results live.
 	billed := map[string]bool{}
-	err = c.Consume(ctx, *queue, func(_ context.Context, m queenside.Message) error {
+	stats, err := c.Consume(ctx, *queue, func(_ context.Context, m queenside.Message) error {
 		if billed[m.TransactionID] {
 			return nil
 		}
@@ -42,8 +38,8 @@ func main() {
 			Order  int `msgpack:"order"`
 			Amount int `msgpack:"amount"`
 		}
-		if err := msgpack.Unmarshal(m.Payload, &order); err != nil {
-			return fmt.Errorf("decode order: %w", err) // nacked: counts against the retry budget
+		if err := m.Decode(&order); err != nil {
+			return err // logged, retried after a backoff: counts against the retry budget
 		}
 		billed[m.TransactionID] = true
 		fmt.Printf("%s offset %d: billed order %d for %d\n", m.Partition, m.Offset, order.Order, order.Amount)
@@ -52,5 +48,5 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("stopped after billing %d orders\n", len(billed))
+	fmt.Printf("stopped after billing %d orders (%d handled, %d failures)\n", len(billed), stats.Completed, stats.Failed)
 }

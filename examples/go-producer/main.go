@@ -1,6 +1,7 @@
 // Command go-producer pushes numbered orders into a queue, spread over a few
-// partitions, with deterministic transaction ids: run it twice and the
-// second run is answered duplicate, item by item.
+// partitions, with deterministic transaction ids: run it twice, or run the
+// Python or Node producer after it, and the second run is answered
+// duplicate, item by item.
 package main
 
 import (
@@ -36,7 +37,9 @@ func main() {
 			log.Fatal(err)
 		}
 		items[i].Partition = fmt.Sprintf("customer-%d", i%*customers)
-		items[i].TransactionID = fmt.Sprintf("order-%d", i) // retries collapse inside the dedup window
+		// The same id as the Python and Node producers give order i: a retry,
+		// or a run of any of them, collapses inside the dedup window.
+		items[i].TransactionID = queenside.TransactionID("order", i)
 	}
 	results, err := c.Push(ctx, items...)
 	if err != nil {

@@ -1,12 +1,14 @@
 // Pushes numbered orders into a queue, one partition per customer, with
 // transaction ids derived from the order number: run it twice and the
 // second run is answered `duplicate`, item by item, instead of storing the
-// orders again.
+// orders again. The ids are those of examples/python/producer.py
+// (transactionId('order', n) is transaction_id("order", n) in Python), so
+// after one of the two, the other stores nothing new either.
 //
 //   node examples/node/producer.js [-n 100] [--queue orders] [--customers 4] [--socket PATH]
 import { parseArgs } from 'node:util';
-// In your own project: import { connect, stableTransactionId } from 'queenside';
-import { connect, stableTransactionId } from '../../clients/node/src/index.js';
+// In your own project: import { connect, transactionId } from 'queenside';
+import { connect, transactionId } from '../../clients/node/src/index.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -27,7 +29,7 @@ try {
     partition: `customer-${order % customers}`,
     payload: { order, amount: 10 + (order % 7) },
     // The same order always gets the same id, so a retry is not a new order.
-    transactionId: stableTransactionId('order', order),
+    transactionId: transactionId('order', order),
   }));
   const results = await client.push(items, { timeoutMs: 30_000 });
   const counts = {};

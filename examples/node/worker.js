@@ -7,11 +7,13 @@
 //   node examples/node/worker.js [--queue orders] [--results invoices] [--group billing]
 //                                [--idle-exit SECONDS] [--socket PATH]
 //
-// Ctrl-C stops it cleanly: the order in hand is finished and acked, the
-// rest of its leases is released for other workers.
+// Ctrl-C (or SIGTERM) stops it cleanly, as consume() does by default: the
+// order in hand is finished and acked, the rest of its leases is released
+// for other workers. An order whose handler throws is logged and comes
+// again after a growing delay.
 import { parseArgs } from 'node:util';
-// In your own project: import { connect, stableTransactionId } from 'queenside';
-import { connect, stableTransactionId } from '../../clients/node/src/index.js';
+// In your own project: import { connect, transactionId } from 'queenside';
+import { connect, transactionId } from '../../clients/node/src/index.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -50,13 +52,13 @@ try {
       queue: opts.results,
       partition: order.partition,
       payload: invoice,
-      transactionId: stableTransactionId('invoice', order.transactionId),
+      transactionId: transactionId('invoice', order.transactionId),
     });
     if (result.status === 'failed') throw new Error(`invoice push failed: ${result.error.message}`);
     if (result.status === 'duplicate') alreadyDone++;
     else invoiced++;
     console.log(`${order.partition} offset ${order.offset}: order ${number} -> invoice ${result.status}`);
-  }, { group: opts.group, batch: 20, partitions: 4, signal: stop.signal, stopOnSignals: true });
+  }, { group: opts.group, batch: 20, partitions: 4, signal: stop.signal });
   console.log(`stopped: ${totals.completed} orders acked, ${invoiced} invoiced, ${alreadyDone} already invoiced before`);
 } finally {
   clearTimeout(idleTimer);

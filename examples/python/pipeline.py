@@ -14,6 +14,7 @@ every stage in turn. The exit status is 0 only then.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import threading
 import time
@@ -23,9 +24,20 @@ from typing import Any, Dict, List, Set, Tuple
 import _checkout  # noqa: F401  (finds the client in a checkout)
 
 import queenside
-from queenside import Client, Consumer, Message, PushItem
+from queenside import Backoff, Client, Consumer, Message, PushItem
 
 GROUP = "pipeline"
+
+
+class SimulatedFailure(RuntimeError):
+    """A failure made on purpose, to exercise nacks and redeliveries."""
+
+
+def hide_simulated_failures(record: logging.LogRecord) -> bool:
+    # The consume loop logs each handler failure at WARNING, with the
+    # exception as the record's `error`; the ones made on purpose are
+    # counted at the end instead.
+    return not isinstance(getattr(record, "error", None), SimulatedFailure)
 
 
 def lane(p: int) -> str:
@@ -49,7 +61,7 @@ class Stage:
             with self.lock:
                 if (m.partition, seq) not in self.failed_once:
                     self.failed_once.add((m.partition, seq))
-                    raise RuntimeError(f"stage {self.number}: simulated failure on {m.partition} #{seq}")
+                    raise SimulatedFailure(f"stage {self.number}: simulated failure on {m.partition} #{seq}")
         out = {"seq": seq, "trail": m.payload["trail"] + [self.number]}
         # Derived from the input's id: should the transaction be retried,
         # the output is recognised as a duplicate.
@@ -112,6 +124,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120, help="give up after this many seconds")
     args = ap.parse_args()
 
+    logging.getLogger("queenside").addFilter(hide_simulated_failures)
     run = uuid.uuid4().hex[:8]
     queues = [f"pipeline-{run}-{n}" for n in range(args.stages + 1)]
     expected = args.partitions * args.messages
@@ -121,8 +134,12 @@ def main() -> int:
         feed(qs, run, queues[0], args.partitions, args.messages)
         stages = [Stage(run, n, queues[n + 1], args.fail_every) for n in range(args.stages)]
         consumers = [
+            # The simulated failures are retried after a short backoff (the
+            # default waits 1 s, doubling); the stages run in threads of
+            # their own, which take no signals.
             Consumer(qs, queues[n], stages[n].handle, group=GROUP, batch=25, partitions=4,
-                     concurrency=args.concurrency, wait_ms=500, handle_signals=False)
+                     concurrency=args.concurrency, wait_ms=500, stop_on_signals=False,
+                     failure_backoff=Backoff(initial=0.05, max=0.5))
             for n in range(args.stages)
         ]
 

@@ -98,7 +98,7 @@ func (b *bench) consumeLoop(ctx context.Context, stop context.CancelFunc, c *que
 		batchStart time.Time
 		mu         sync.Mutex // t is also written by OnAckError, from another goroutine
 	)
-	err := c.Consume(ctx, queue, func(_ context.Context, msg queenside.Message) error {
+	_, err := c.Consume(ctx, queue, func(_ context.Context, msg queenside.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		now := time.Now()
@@ -117,6 +117,8 @@ func (b *bench) consumeLoop(ctx context.Context, stop context.CancelFunc, c *que
 	}, queenside.ConsumeOptions{
 		Group: g.name, Batch: b.cfg.PopBatch, Partitions: b.cfg.PopPartitions, WaitMs: consumeLoopWait,
 		AckAsync: async,
+		// The bench's own Ctrl-C handling ends the run and prints it.
+		IgnoreSignals: true,
 		OnAckError: func(err error) {
 			mu.Lock()
 			t.failf("ack: %v", err)

@@ -9,18 +9,21 @@
 // Nothing is retried and nothing is counted that did not succeed: items
 // the sidecar refused, or the items of a call that failed, are reported as
 // an AckError (to onAckError, or as the error that ends consume()), and
-// their messages will be delivered again.
+// their messages will be delivered again. An item answered already_acked
+// succeeded earlier (an ack whose answer was lost): it counts as completed.
+import { ALREADY_ACKED, describeAckItem } from './ack-codes.js';
 
 /** Ack items that did not succeed: the cursor did not move for them. */
 export class AckError extends Error {
   /**
    * @param {object[]} items the ack items that did not succeed
-   * @param {{codes?: string[], cause?: unknown}} [why] the sidecar's code for each item, or the error of the call
+   * @param {{codes?: string[], indices?: number[], cause?: unknown}} [why] the sidecar's code for each
+   *   item and the item's position in its call, or the error of the call
    */
-  constructor(items, { codes, cause } = {}) {
+  constructor(items, { codes, indices, cause } = {}) {
     const what = cause !== undefined
       ? `ack of ${items.length} item(s) failed: ${cause?.message ?? cause}`
-      : `${items.length} ack item(s) refused (${[...new Set(codes)].join(', ')})`;
+      : codes.map((code, i) => describeAckItem(indices?.[i] ?? i, code)).join('; ');
     super(`${what}; those messages will be delivered again`, cause === undefined ? undefined : { cause });
     this.name = 'AckError';
     this.items = items;
@@ -97,14 +100,16 @@ export class AckBatcher {
     }
     const refused = [];
     const codes = [];
+    const indices = [];
     for (const r of results) {
-      if (r.success) this.#totals.completed++;
+      if (r.success || r.code === ALREADY_ACKED) this.#totals.completed++;
       else if (items[r.index]) {
         refused.push(items[r.index]);
         codes.push(r.code);
+        indices.push(r.index);
       }
     }
-    if (refused.length > 0) this.#report(new AckError(refused, { codes }));
+    if (refused.length > 0) this.#report(new AckError(refused, { codes, indices }));
   }
 
   #report(err) {

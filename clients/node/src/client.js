@@ -4,8 +4,9 @@ import { Connection, openSocket } from './connection.js';
 import { consume } from './consume.js';
 import { QueensideError, errorFromWire } from './errors.js';
 import { wireAckItem, wirePushItem } from './items.js';
+import { checkKeys } from './options.js';
 import { MessageIterator } from './message-iterator.js';
-import { DEFAULT_QUEUE_OPTIONS } from './queue-options.js';
+import { DEFAULT_QUEUE_OPTIONS, QUEUE_OPTIONS } from './queue-options.js';
 import { Backoff, mayRetry, pause, retryPolicy } from './retry.js';
 import { defaultSocketPath } from './socket-path.js';
 import { withTraceContext } from './tracing.js';
@@ -20,8 +21,39 @@ export { DEFAULT_QUEUE_OPTIONS };
 
 // Every method's last argument may carry these two next to the
 // operation's own options; they go into the envelope, not into args.
-function split(options = {}) {
-  const { signal, timeoutMs, ...rest } = options;
+const CALL_OPTIONS = ['signal', 'timeoutMs'];
+const POP_OPTIONS = ['group', 'partition', 'batch', 'partitions', 'waitMs', 'autoAck', 'leaseSeconds', 'subscriptionMode', 'subscriptionFrom'];
+const DLQ_FILTER = ['queue', 'group', 'partition', 'errorContains', 'deadFrom', 'deadTo'];
+const DLQ_SELECTION = ['ids', ...DLQ_FILTER, 'afterId', 'limit'];
+const DLQ_REPLAY_SELECTION = [...DLQ_SELECTION, 'includeReplayed'];
+
+// The names each method's options object may have; any other is refused
+// (options.js). Methods not listed take CALL_OPTIONS alone.
+const OPTIONS = Object.fromEntries(Object.entries({
+  connect: ['socket', 'client', 'hello', 'retry'],
+  call: ['onLateResult'],
+  hello: ['client', 'protocol'],
+  pop: POP_OPTIONS,
+  ackAndPop: POP_OPTIONS,
+  renew: ['seconds'],
+  configure: QUEUE_OPTIONS.map((o) => o.name),
+  seek: ['partition'],
+  dlq: ['group', 'partition', 'errorContains', 'deadFrom', 'deadTo', 'limit', 'afterId', 'count'],
+  dlqReplayAll: ['includeReplayed', 'onProgress'],
+  dlqSummary: ['limit'],
+}).map(([method, own]) => [method, Object.freeze([...own, ...CALL_OPTIONS])]));
+
+function optionNames(method) {
+  return OPTIONS[method] ?? CALL_OPTIONS;
+}
+
+/**
+ * Checks a method's options and splits them into the operation's
+ * arguments and the call's options.
+ */
+function split(method, options) {
+  checkKeys(method, options, optionNames(method));
+  const { signal, timeoutMs, ...rest } = options ?? {};
   return [rest, { signal, timeoutMs }];
 }
 
@@ -43,7 +75,8 @@ export class Client extends Connection {
    * @returns {Promise<Client>}
    */
   static async connect(options = {}) {
-    const opts = typeof options === 'string' ? { socket: options } : options;
+    const opts = typeof options === 'string' ? { socket: options } : options ?? {};
+    checkKeys('connect', opts, optionNames('connect'));
     const retry = retryPolicy(opts.retry); // a bad option fails before connecting
     const path = opts.socket ?? defaultSocketPath();
     const socket = await openSocket(path, opts.signal);
@@ -73,6 +106,7 @@ export class Client extends Connection {
    * Aborting the signal ends a pause at once.
    */
   async call(op, args, options = {}) {
+    checkKeys(op, options, optionNames('call'));
     const policy = this.#retry;
     const started = Date.now();
     let backoff;
@@ -95,7 +129,7 @@ export class Client extends Connection {
   }
 
   async hello(options) {
-    const [{ client = CLIENT_NAME, protocol = PROTOCOL_VERSION }, call] = split(options);
+    const [{ client = CLIENT_NAME, protocol = PROTOCOL_VERSION }, call] = split('hello', options);
     const result = await this.call('hello', { protocol, client }, call);
     this.server = result;
     this.maxFrameBytes = result.maxFrameBytes;
@@ -103,13 +137,13 @@ export class Client extends Connection {
   }
 
   async push(items, options) {
-    const [, call] = split(options);
+    const [, call] = split('push', options);
     const result = await this.call('push', { items: withTraceContext(list(items)).map(wirePushItem) }, call);
     return result.results;
   }
 
-  pop(queue, options) {
-    const [args, call] = split(options);
+  async pop(queue, options) {
+    const [args, call] = split('pop', options);
     return this.call('pop', { queue, ...args }, { ...call, onLateResult: (result) => this.#giveBack(result) });
   }
 
@@ -123,7 +157,7 @@ export class Client extends Connection {
 
   /** Items are ack items, or messages as pop returned them, acked completed. */
   async ack(items, options) {
-    const [, call] = split(options);
+    const [, call] = split('ack', options);
     return this.call('ack', { items: list(items).map(wireAckItem) }, call);
   }
 
@@ -138,7 +172,7 @@ export class Client extends Connection {
    * sent on its own, and its error, if any, is `popError`.
    */
   async ackAndPop(items, queue, options) {
-    const [args, call] = split(options);
+    const [args, call] = split('ackAndPop', options);
     const result = await this.call(
       'ack',
       { items: list(items).map(wireAckItem), pop: { queue, ...args } },
@@ -161,65 +195,67 @@ export class Client extends Connection {
   }
 
   async renew(leaseIds, options) {
-    const [{ seconds }, call] = split(options);
+    const [{ seconds }, call] = split('renew', options);
     const result = await this.call('renew', { leaseIds: list(leaseIds), seconds }, call);
     return result.results;
   }
 
   async release(leaseIds, options) {
-    const [, call] = split(options);
+    const [, call] = split('release', options);
     const result = await this.call('release', { leaseIds: list(leaseIds) }, call);
     return result.results;
   }
 
-  async transaction({ acks = [], pushes = [] } = {}, options) {
-    const [, call] = split(options);
+  async transaction(items = {}, options) {
+    checkKeys('transaction', items, ['acks', 'pushes'], 'key');
+    const { acks = [], pushes = [] } = items ?? {};
+    const [, call] = split('transaction', options);
     return this.call('transaction', { acks: acks.map(wireAckItem), pushes: withTraceContext(pushes).map(wirePushItem) }, call);
   }
 
   async configure(queue, options) {
-    const [queueOptions, call] = split(options);
+    const [queueOptions, call] = split('configure', options);
     const result = await this.call('configure', { queue, options: queueOptions }, call);
     return { ...result, options: withDefaults(result.options) };
   }
 
   async queues(options) {
-    const [, call] = split(options);
+    const [, call] = split('queues', options);
     const result = await this.call('queues', {}, call);
     return (result.queues ?? []).map((q) => ({ ...q, options: withDefaults(q.options) }));
   }
 
-  stats(queue, options) {
-    const [, call] = split(options);
+  async stats(queue, options) {
+    const [, call] = split('stats', options);
     return this.call('stats', { queue }, call);
   }
 
   async groups(queue, options) {
     if (typeof queue === 'object' && queue !== null) [queue, options] = [undefined, queue];
-    const [, call] = split(options);
+    const [, call] = split('groups', options);
     const result = await this.call('groups', { queue }, call);
     return result.groups;
   }
 
   async seek(queue, group, to, options) {
-    const [{ partition }, call] = split(options);
+    const [{ partition }, call] = split('seek', options);
     const result = await this.call('seek', { queue, group, partition, to }, call);
     return result.cursors;
   }
 
   async deleteGroup(queue, group, options) {
-    const [, call] = split(options);
+    const [, call] = split('deleteGroup', options);
     const result = await this.call('deleteGroup', { queue, group }, call);
     return result.deleted;
   }
 
-  dlq(queue, options) {
-    const [args, call] = split(options);
+  async dlq(queue, options) {
+    const [args, call] = split('dlq', options);
     return this.call('dlq', { queue, ...args }, call);
   }
 
   async dlqReplay(ids, options) {
-    const [, call] = split(options);
+    const [, call] = split('dlqReplay', options);
     const result = await this.call('dlqReplay', { ids: list(ids) }, call);
     return result.results;
   }
@@ -230,8 +266,9 @@ export class Client extends Connection {
    * afterId?, limit?, includeReplayed?}): the whole reply, with
    * nextAfterId when another batch follows (revision 1.2).
    */
-  dlqReplayBatch(selection, options) {
-    const [, call] = split(options);
+  async dlqReplayBatch(selection, options) {
+    checkKeys('dlqReplayBatch', selection, DLQ_REPLAY_SELECTION, 'key');
+    const [, call] = split('dlqReplayBatch', options);
     return this.call('dlqReplay', selection, call);
   }
 
@@ -240,11 +277,14 @@ export class Client extends Connection {
    * replayed already skipped unless includeReplayed; onProgress gets each
    * batch's reply. Resolves with the counts {replayed, skipped, failed}.
    */
-  async dlqReplayAll(filter, { includeReplayed = false, onProgress, ...options } = {}) {
+  async dlqReplayAll(filter, options) {
+    checkKeys('dlqReplayAll', filter, DLQ_FILTER, 'key');
+    checkKeys('dlqReplayAll', options, optionNames('dlqReplayAll'));
+    const { includeReplayed = false, onProgress, ...callOptions } = options ?? {};
     const total = { replayed: 0, skipped: 0, failed: 0 };
     let afterId;
     for (;;) {
-      const reply = await this.dlqReplayBatch({ ...filter, afterId, includeReplayed }, options);
+      const reply = await this.dlqReplayBatch({ ...filter, afterId, includeReplayed }, callOptions);
       for (const k of Object.keys(total)) total[k] += reply[k] ?? 0;
       onProgress?.(reply);
       if (reply.nextAfterId === undefined) return total;
@@ -253,13 +293,16 @@ export class Client extends Connection {
   }
 
   /** Deletes dead letters named by ids, or one batch of a filter: {deleted, nextAfterId?}. */
-  dlqDelete(selection, options) {
-    const [, call] = split(options);
+  async dlqDelete(selection, options) {
+    checkKeys('dlqDelete', selection, DLQ_SELECTION, 'key');
+    const [, call] = split('dlqDelete', options);
     return this.call('dlqDelete', selection, call);
   }
 
   /** Deletes every dead letter filter matches, a batch at a time; resolves with how many. */
   async dlqDeleteAll(filter, options) {
+    checkKeys('dlqDeleteAll', filter, DLQ_FILTER, 'key');
+    checkKeys('dlqDeleteAll', options, optionNames('dlqDeleteAll'));
     let deleted = 0;
     let afterId;
     for (;;) {
@@ -273,13 +316,13 @@ export class Client extends Connection {
   /** Dead letters of queue (every queue's without) counted by group and error, most frequent first. */
   async dlqSummary(queue, options) {
     if (typeof queue === 'object' && queue !== null) [queue, options] = [undefined, queue];
-    const [args, call] = split(options);
+    const [args, call] = split('dlqSummary', options);
     const result = await this.call('dlqSummary', { queue, ...args }, call);
     return result.errors;
   }
 
-  health(options) {
-    const [, call] = split(options);
+  async health(options) {
+    const [, call] = split('health', options);
     return this.call('health', {}, call);
   }
 

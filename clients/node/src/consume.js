@@ -17,10 +17,17 @@
 // settled on its own, as before; when the loop stops, the acks it still
 // holds are sent with a plain ack before consume() settles.
 //
-// Stopping (the `signal` option, or SIGINT/SIGTERM with `stopOnSignals`)
-// lets the handler in progress finish, acks what was done, and releases the
-// rest so that another consumer gets it at once. A handler that throws
-// because it was stopped is not charged.
+// Stopping (the `signal` option, or SIGINT/SIGTERM unless `stopOnSignals:
+// false`) lets the handler in progress finish, acks what was done, and
+// releases the rest so that another consumer gets it at once. A handler
+// that throws because it was stopped is not charged. A stop does not wait
+// for a long-poll: the pop in flight is aborted.
+//
+// A handler failure is logged (the `logger` option, console by default),
+// then the loop holds the message for a growing delay (`failureBackoff`)
+// before it acks the failure: its lease is renewed meanwhile, so the
+// partition waits, in order, and the retry budget is charged once per
+// failure, as without the delay. A stop ends the delay at once.
 //
 // With `ackAsync: true`, a batch whose messages all completed does not wait
 // for its ack: the ack goes in the background (ack-batcher.js) while the
@@ -29,8 +36,10 @@
 // it. A failed ack goes to `onAckError` as an AckError; without that
 // callback it ends consume(), which rejects with it. consume() resolves or
 // rejects only once every pending ack was answered.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { AckBatcher } from './ack-batcher.js';
 import { AckCarrier } from './ack-carrier.js';
+import { consumeOptions, failureDelayMs } from './consumer-options.js';
 import { STOPPED, popUntilMessages } from './pop-loop.js';
 import { LeasedBatch } from './leased-batch.js';
 import { stopSignal } from './stop-signal.js';
@@ -43,31 +52,32 @@ import { runInConsumerSpan } from './tracing.js';
  * @param {import('../index.js').ConsumeOptions} [options]
  * @returns {Promise<{completed: number, failed: number}>} what the sidecar recorded
  */
-export async function consume(client, queue, handler, options = {}) {
-  if (typeof handler !== 'function') throw new TypeError('consume needs a handler function');
-  const concurrency = options.concurrency ?? 1;
-  if (!Number.isInteger(concurrency) || concurrency < 1) throw new TypeError('concurrency must be an integer of 1 or more');
+export async function consume(client, queue, handler, options) {
+  if (typeof handler !== 'function') {
+    throw new TypeError(`consume needs a handler: a function called with each message, not ${handler === null ? 'null' : typeof handler}`);
+  }
+  const opts = consumeOptions(options);
 
   // The loops share one stop signal; the first loop that fails stops the
   // others, so that consume() settles everything before it rejects.
   const failure = new AbortController();
-  const stop = stopSignal(options, failure.signal);
+  const stop = stopSignal(opts, failure.signal);
   const totals = { completed: 0, failed: 0 };
   let firstError;
   const fail = (err) => {
     firstError ??= err;
     failure.abort(err);
   };
-  const acker = options.ackAsync ? new AckBatcher(client, { onAckError: options.onAckError, fail, totals }) : undefined;
+  const acker = opts.ackAsync ? new AckBatcher(client, { onAckError: opts.onAckError, fail, totals }) : undefined;
   const loop = async () => {
     try {
-      await consumeLoop(client, queue, handler, options, stop.signal, totals, acker);
+      await consumeLoop(client, queue, handler, opts, stop.signal, totals, acker);
     } catch (err) {
       fail(err);
     }
   };
   try {
-    await Promise.all(Array.from({ length: concurrency }, loop));
+    await Promise.all(Array.from({ length: opts.concurrency }, loop));
   } finally {
     await acker?.wait(); // the loops have ended: this is every pending ack
     stop.dispose();
@@ -84,7 +94,7 @@ async function consumeLoop(client, queue, handler, options, stop, totals, acker)
       if (result === STOPPED) break;
       const batch = new LeasedBatch(client, result, options);
       try {
-        await handleBatch(batch, handler, options.group, stop);
+        await handleBatch(batch, handler, options, stop);
       } catch (err) {
         await settle(batch, totals);
         throw err;
@@ -109,18 +119,42 @@ async function settle(batch, totals) {
   totals.failed += counts.failed;
 }
 
-async function handleBatch(batch, handler, group, stop) {
+async function handleBatch(batch, handler, options, stop) {
   for (let m = batch.nextMessage(); m !== undefined; m = batch.nextMessage()) {
     if (stop.aborted) return; // the rest is released by settle()
     try {
       // With OpenTelemetry, the handler runs inside the message's span.
-      await runInConsumerSpan(m, group, () => handler(m, { signal: stop }));
+      await runInConsumerSpan(m, options.group, () => handler(m, { signal: stop }));
       batch.complete(m);
     } catch (err) {
       // Interrupted by the stop rather than failed on its own: leave it
       // unsettled, so that it is released and charged nothing.
       if (stop.aborted) return;
       batch.fail(m, err);
+      await holdFailure(batch, m, err, options, stop);
     }
+  }
+}
+
+// Logs a failure, then waits before its ack goes, the lease renewed
+// meanwhile; a stop ends the wait at once.
+async function holdFailure(batch, message, err, { logger, failureBackoff }, stop) {
+  const failures = batch.failures(message);
+  const delayMs = failureDelayMs(failures, failureBackoff);
+  const where = `queue ${message.queue}, partition ${message.partition}, offset ${message.offset}`;
+  try {
+    logger.warn(`queenside: handler failed (${where}, failure ${failures}): ${errorText(err)}; retrying in ${delayMs} ms unless the queue's retryLimit is used up`);
+  } catch {
+    // A logger that fails must not stop the loop.
+  }
+  if (delayMs > 0) await sleep(delayMs, undefined, { signal: stop }).catch(() => {});
+}
+
+function errorText(err) {
+  if (err instanceof Error) return String(err); // "Error: message"
+  try {
+    return typeof err === 'string' ? err : JSON.stringify(err) ?? String(err);
+  } catch {
+    return String(err);
   }
 }

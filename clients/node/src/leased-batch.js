@@ -4,6 +4,7 @@
 import { completed, failed } from './items.js';
 import { keepLeasesAlive } from './lease-keeper.js';
 import { ConnectionError } from './errors.js';
+import { ALREADY_ACKED, describeAckItem } from './ack-codes.js';
 
 const SETTLE_ATTEMPTS = 3;
 const SETTLE_BACKOFF_MS = 200;
@@ -13,20 +14,24 @@ export class LeasedBatch {
   #messages;
   #next = 0;
   #acks = []; // ack items, in the order messages were settled
+  #acked = []; // the message of each ack item
   #settled = new Set(); // messages completed or failed (each has an ack item)
   #failedLeases = new Set(); // leases whose rest will come again (rewound)
   #stopRenewing;
+  #logger;
 
   /**
    * @param {import('./client.js').Client} client
    * @param {{messages: any[], leases: any[]}} popResult
-   * @param {{leaseSeconds?: number, renewEveryMs?: number}} renewOptions
+   * @param {{leaseSeconds?: number, renewEveryMs?: number, logger?: {warn: Function}}} options
+   *   logger, when given, is told of every ack item the sidecar refuses
    */
-  constructor(client, popResult, renewOptions) {
+  constructor(client, popResult, options) {
     this.#client = client;
+    this.#logger = options.logger;
     this.#messages = popResult.messages;
     this.leases = popResult.leases;
-    this.#stopRenewing = keepLeasesAlive(client, popResult.leases, renewOptions);
+    this.#stopRenewing = keepLeasesAlive(client, popResult.leases, options);
   }
 
   /**
@@ -51,13 +56,26 @@ export class LeasedBatch {
     if (this.#settled.has(message)) return;
     this.#settled.add(message);
     this.#acks.push(completed(message));
+    this.#acked.push(message);
   }
 
   fail(message, reason) {
     if (this.#settled.has(message)) return;
     this.#settled.add(message);
     this.#acks.push(failed(message, reason));
+    this.#acked.push(message);
     this.#failedLeases.add(message.leaseId);
+  }
+
+  /**
+   * How many times message has failed, this time included, as the lease
+   * counts it: its headAttempts when message is the first of its lease,
+   * else 1 (the messages before it in the lease went well).
+   */
+  failures(message) {
+    const lease = this.leases.find((l) => l.leaseId === message.leaseId);
+    if (lease === undefined || String(lease.fromOffset) !== String(message.offset)) return 1;
+    return Math.max(1, Number(lease.headAttempts) || 1);
   }
 
   /**
@@ -105,11 +123,25 @@ export class LeasedBatch {
   recorded(results) {
     const counts = { completed: 0, failed: 0 };
     for (const r of results) {
-      if (!r.success) continue; // lease_expired and the like: it comes again
-      if (this.#acks[r.index]?.status === 'completed') counts.completed++;
-      else if (this.#acks[r.index]) counts.failed++;
+      const item = this.#acks[r.index];
+      if (item === undefined) continue;
+      // already_acked: an earlier ack of it was applied (whose answer was
+      // lost, say); the completion stands, nothing is lost.
+      const done = r.success || (r.code === ALREADY_ACKED && item.status === 'completed');
+      if (done) counts[item.status === 'completed' ? 'completed' : 'failed']++;
+      else if (r.code !== ALREADY_ACKED) this.#refused(r, this.#acked[r.index]);
     }
     return counts;
+  }
+
+  // lease_expired and the like: the message comes again.
+  #refused(result, message) {
+    if (this.#logger === undefined) return;
+    try {
+      this.#logger.warn(`queenside: ${describeAckItem(result.index, result.code)}, queue ${message.queue}, partition ${message.partition}, offset ${message.offset}: the message will be delivered again`);
+    } catch {
+      // A logger that fails must not cost the acks.
+    }
   }
 
   /**

@@ -23,6 +23,7 @@
 // end), failed if the message was. An iterator cannot make it the active
 // span of the loop body; msg.traceContext is that span's context, for
 // `context.with(msg.traceContext, ...)`.
+import { messagesOptions } from './consumer-options.js';
 import { STOPPED, popUntilMessages } from './pop-loop.js';
 import { LeasedBatch } from './leased-batch.js';
 import { stopSignal } from './stop-signal.js';
@@ -34,7 +35,7 @@ export class MessageIterator {
   #client;
   #queue;
   #options;
-  #stop;
+  #stop; // created by the first next(): an iterator never used holds no signal
   #batch = null;
   #inHand = null;
   #span; // of the message in hand, with OpenTelemetry
@@ -46,14 +47,10 @@ export class MessageIterator {
    * @param {string} queue
    * @param {import('../index.js').MessagesOptions} options
    */
-  constructor(client, queue, options = {}) {
-    // Its acks already wait for the loop to ask for the next batch; the
-    // background acks of ackAsync are consume()'s.
-    if (options.ackAsync) throw new TypeError('ackAsync is an option of consume(), not of messages()');
+  constructor(client, queue, options) {
     this.#client = client;
     this.#queue = queue;
-    this.#options = options;
-    this.#stop = stopSignal(options);
+    this.#options = messagesOptions(options);
   }
 
   [Symbol.asyncIterator]() {
@@ -67,6 +64,7 @@ export class MessageIterator {
 
   async next() {
     if (this.#done) return { done: true, value: undefined };
+    this.#stop ??= stopSignal(this.#options);
     try {
       if (this.#inHand) {
         this.#batch.complete(this.#inHand);
@@ -107,7 +105,7 @@ export class MessageIterator {
     this.#done = true;
     this.#inHand = null;
     this.#endSpan();
-    this.#stop.dispose();
+    this.#stop?.dispose();
     await this.#settleBatch();
     return { done: true, value: undefined };
   }

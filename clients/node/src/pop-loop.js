@@ -6,8 +6,6 @@ import { ConnectionError } from './errors.js';
 /** Returned instead of a pop result when the stop signal ended the wait. */
 export const STOPPED = Symbol('stopped');
 
-export const CONSUMER_DEFAULTS = Object.freeze({ batch: 10, waitMs: 5000 });
-
 const FIRST_BACKOFF_MS = 250;
 const MAX_BACKOFF_MS = 5000;
 
@@ -15,7 +13,7 @@ const MAX_BACKOFF_MS = 5000;
  * Pops queue until a pop brings leased messages, or stop is aborted.
  * @param {import('./client.js').Client} client
  * @param {string} queue
- * @param {import('../index.js').ConsumerOptions} options
+ * @param {import('../index.js').ConsumerOptions} options with their defaults (consumer-options.js)
  * @param {AbortSignal} stop
  * @param {import('./ack-batcher.js').AckBatcher} [acker] with ackAsync, the acks still pending
  * @param {import('./ack-carrier.js').AckCarrier} [carrier] without it, the acks the next pop carries
@@ -25,9 +23,9 @@ export async function popUntilMessages(client, queue, options, stop, acker, carr
   const args = {
     group: options.group,
     partition: options.partition,
-    batch: options.batch ?? CONSUMER_DEFAULTS.batch,
+    batch: options.batch,
     partitions: options.partitions,
-    waitMs: options.waitMs ?? CONSUMER_DEFAULTS.waitMs,
+    waitMs: options.waitMs,
     leaseSeconds: options.leaseSeconds,
     subscriptionMode: options.subscriptionMode,
     subscriptionFrom: options.subscriptionFrom,

@@ -13,6 +13,8 @@
 //
 // Any other answer, and a lost connection, is the caller's to handle.
 
+import { checkKeys } from './options.js';
+
 /** The policy of a client connected without `retry`. */
 export const DEFAULT_RETRY = Object.freeze({ initialDelayMs: 50, maxDelayMs: 1000, maxElapsedMs: 5000 });
 
@@ -61,6 +63,7 @@ export function mayRetry(op, args, code) {
 export function retryPolicy(option) {
   if (option === false || option === null) return null;
   if (option === undefined || option === true) return DEFAULT_RETRY;
+  checkKeys('connect retry', option, Object.keys(DEFAULT_RETRY));
   const policy = { ...DEFAULT_RETRY, ...option };
   for (const key of Object.keys(DEFAULT_RETRY)) {
     if (!(Number.isFinite(policy[key]) && policy[key] > 0)) throw new TypeError(`retry.${key} must be a positive number`);

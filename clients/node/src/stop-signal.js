@@ -1,10 +1,37 @@
 // One AbortSignal that says "stop consuming": any of the given signals, and
-// optionally SIGINT/SIGTERM, so that a worker finishes the message in hand
-// and gives its leases back instead of exiting with them held.
+// SIGINT/SIGTERM unless the options turn them off, so that a worker finishes
+// the message in hand and gives its leases back instead of exiting with
+// them held.
+//
+// The process signals are watched through one listener per signal, shared
+// by every loop: the first signal stops them all, and the listener goes at
+// once, so that a second Ctrl-C ends a program whose handler hangs, as it
+// would without any of this.
 import { setMaxListeners } from 'node:events';
+
+const watched = new Map(); // signal name -> {listener, stops: Set<(reason) => void>}
+
+function watch(name, stop) {
+  let entry = watched.get(name);
+  if (entry === undefined) {
+    const stops = new Set();
+    entry = { stops, listener: () => { for (const s of [...stops]) s(new Error(`stopped by ${name}`)); } };
+    watched.set(name, entry);
+    process.on(name, entry.listener);
+  }
+  entry.stops.add(stop);
+  return () => {
+    entry.stops.delete(stop);
+    if (entry.stops.size === 0 && watched.get(name) === entry) {
+      watched.delete(name);
+      process.removeListener(name, entry.listener);
+    }
+  };
+}
 
 /**
  * @param {{signal?: AbortSignal, stopOnSignals?: boolean | NodeJS.Signals[]}} options
+ *   stopOnSignals: true for SIGINT and SIGTERM, or the signals listed; false (or undefined here) for none
  * @param {...AbortSignal} [more] further signals that also stop
  * @returns {{signal: AbortSignal, dispose: () => void}}
  */
@@ -14,16 +41,13 @@ export function stopSignal({ signal, stopOnSignals } = {}, ...more) {
   // concurrency that is more listeners than Node's leak warning expects.
   setMaxListeners(0, controller.signal);
   const sources = [signal, ...more].filter(Boolean);
-  const listeners = [];
+  const undo = [];
   const stop = (reason) => {
     dispose();
     controller.abort(reason);
   };
   function dispose() {
-    for (const [target, name, listener] of listeners.splice(0)) {
-      if (target === process) process.removeListener(name, listener);
-      else target.removeEventListener(name, listener);
-    }
+    for (const f of undo.splice(0)) f();
   }
 
   for (const source of sources) {
@@ -33,16 +57,9 @@ export function stopSignal({ signal, stopOnSignals } = {}, ...more) {
     }
     const listener = () => stop(source.reason);
     source.addEventListener('abort', listener, { once: true });
-    listeners.push([source, 'abort', listener]);
+    undo.push(() => source.removeEventListener('abort', listener));
   }
-  // The process listeners go as soon as the first signal arrives, so that a
-  // second Ctrl-C ends a program whose handler hangs, as it would without
-  // this helper.
   const names = stopOnSignals === true ? ['SIGINT', 'SIGTERM'] : stopOnSignals || [];
-  for (const name of names) {
-    const listener = () => stop(new Error(`stopped by ${name}`));
-    process.once(name, listener);
-    listeners.push([process, name, listener]);
-  }
+  for (const name of names) undo.push(watch(name, stop));
   return { signal: controller.signal, dispose };
 }

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import {
   Codes, ConflictError, DrainingError, FrameReader, InternalError, PreciseDate, QueensideError, RawMsgpack,
-  UnavailableError, decode, decodeEnvelope, encode, encodeEnvelope, stableTransactionId,
+  UnavailableError, decode, decodeEnvelope, encode, encodeEnvelope,
 } from '../src/index.js';
 import { errorFromWire } from '../src/errors.js';
 import { REPO_ROOT } from './harness.js';
@@ -136,17 +136,4 @@ test('every protocol code has its error class; unknown codes keep code and flag'
   assert.equal(future.constructor, QueensideError);
   assert.equal(future.code, 'some_new_code');
   assert.equal(future.retryable, true);
-});
-
-test('stableTransactionId is a stable hash of its parts', () => {
-  const id = stableTransactionId('order', 42);
-  assert.match(id, /^[0-9a-f]{32}$/);
-  assert.equal(id, stableTransactionId('order', 42));
-  // Pinned (SHA-256 of 92 a5 "order" 2a), so that a change of the algorithm
-  // cannot pass unnoticed: ids already stored would stop matching retries.
-  assert.equal(id, 'a82a74281f502a40ea26ed385d46aa16');
-  assert.notEqual(stableTransactionId('ab', 'c'), stableTransactionId('a', 'bc'));
-  assert.notEqual(stableTransactionId(1), stableTransactionId('1'));
-  assert.throws(() => stableTransactionId({ a: 1 }), TypeError);
-  assert.throws(() => stableTransactionId(), TypeError);
 });

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connect } from '../src/index.js';
+import { fakeSidecar, resultFrame } from './fake-sidecar.js';
 import { testSidecars, uniqueQueue } from './harness.js';
 
 let sidecars;
@@ -29,6 +30,8 @@ async function lagOf(queue, group) {
 }
 
 const FAST = { waitMs: 200 };
+// Failures retried without the default second of backoff, and not logged.
+const QUICK_RETRY = { failureBackoff: { initialMs: 20 }, logger: { warn() {} } };
 
 describe('messages() iterator', () => {
   test('a message is completed when the loop asks for the next one', async () => {
@@ -109,7 +112,7 @@ describe('consume()', () => {
       }
       handled.set(msg.payload, msg.redelivered);
       if (handled.size === 10) stop.abort();
-    }, { group: 'workers', batch: 5, partitions: 2, ...FAST, signal: stop.signal });
+    }, { group: 'workers', batch: 5, partitions: 2, ...FAST, ...QUICK_RETRY, signal: stop.signal });
     assert.deepEqual([...handled.keys()].sort((a, b) => a - b), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     assert.equal(handled.get(3), true, 'the failed message came again');
     assert.deepEqual(totals, { completed: 10, failed: 1 });
@@ -148,15 +151,66 @@ describe('consume()', () => {
     assert.deepEqual(messages.map((m) => m.payload), [3, 4, 5], 'no wait for a lease to expire');
   });
 
-  test('SIGINT stops it cleanly when stopOnSignals is set', async () => {
+  test('SIGINT stops it cleanly by default, and the previous handling is back at once', async () => {
     const queue = uniqueQueue('sigint');
     const listenersBefore = process.listenerCount('SIGINT');
-    const running = client.consume(queue, () => {}, { ...FAST, stopOnSignals: true });
+    const running = client.consume(queue, () => {}, FAST);
     await sleep(100);
     assert.equal(process.listenerCount('SIGINT'), listenersBefore + 1);
     process.emit('SIGINT', 'SIGINT');
+    assert.equal(process.listenerCount('SIGINT'), listenersBefore, 'a second Ctrl-C acts as it would without consume()');
     assert.deepEqual(await running, { completed: 0, failed: 0 });
+  });
+
+  test('stopOnSignals: false leaves the process signals alone', async () => {
+    const queue = uniqueQueue('no-signals');
+    const stop = new AbortController();
+    const listenersBefore = ['SIGINT', 'SIGTERM'].map((s) => process.listenerCount(s));
+    const running = client.consume(queue, () => {}, { ...FAST, stopOnSignals: false, signal: stop.signal });
+    await sleep(100);
+    assert.deepEqual(['SIGINT', 'SIGTERM'].map((s) => process.listenerCount(s)), listenersBefore);
+    stop.abort();
+    await running;
+  });
+
+  test('loops started together share one listener; one signal stops them all', async () => {
+    const listenersBefore = process.listenerCount('SIGINT');
+    const running = [1, 2, 3].map(() => client.consume(uniqueQueue('shared-signal'), () => {}, FAST));
+    const iterator = client.messages(uniqueQueue('shared-signal'), FAST);
+    const iterating = (async () => { for await (const msg of iterator) assert.fail(`nothing was pushed: ${msg}`); })();
+    await sleep(100);
+    assert.equal(process.listenerCount('SIGINT'), listenersBefore + 1);
+    process.emit('SIGINT', 'SIGINT');
+    await Promise.all([...running, iterating]);
     assert.equal(process.listenerCount('SIGINT'), listenersBefore);
+  });
+
+  test('a stop does not wait out the long-poll in flight', async () => {
+    const queue = uniqueQueue('long-poll');
+    const stop = new AbortController();
+    const running = client.consume(queue, () => {}, { group: 'g', waitMs: 30_000, signal: stop.signal });
+    await sleep(300); // the pop is waiting
+    const stoppedAt = Date.now();
+    stop.abort();
+    await running;
+    const took = Date.now() - stoppedAt;
+    assert.ok(took < 1000, `stopping took ${took} ms`);
+  });
+
+  test('no handler: refused at once, before any request', async () => {
+    const fake = await fakeSidecar((_, req) => [resultFrame(req, { messages: [], leases: [] })]);
+    const c = await connect({ socket: fake.socket, hello: false });
+    try {
+      for (const handler of [undefined, null, 'handle', { handle() {} }]) {
+        await assert.rejects(c.consume('q', handler, FAST), (err) => err instanceof TypeError && /^consume needs a handler/.test(err.message));
+      }
+      // The handler left out, the options in its place.
+      await assert.rejects(c.consume('q', { group: 'g' }), /consume needs a handler/);
+      assert.deepEqual(fake.ops, []);
+    } finally {
+      await c.close();
+      await fake.close();
+    }
   });
 
   test('concurrency runs handlers in parallel, never two of one partition', async () => {

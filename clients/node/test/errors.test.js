@@ -40,9 +40,11 @@ describe('answered by the main sidecar', () => {
     assert.equal(err.op, 'pop');
     assert.match(err.message, /batch/);
     assertError(await rejection(client.configure('not a valid name!')), InvalidArgumentError, 'invalid_argument', false);
-    const [item] = await client.push({ queue: uniqueQueue('bad') }); // no payload
+    // An item the sidecar refuses fails alone (the client refuses one with no queue or payload itself).
+    const [item, good] = await client.push([{ queue: uniqueQueue('bad'), partition: '', payload: 1 }, { queue: uniqueQueue('good'), payload: 2 }]);
     assert.equal(item.status, 'failed');
     assert.equal(item.error.code, 'invalid_argument');
+    assert.equal(good.status, 'queued');
   });
 
   test('not_found for a queue never created', async () => {

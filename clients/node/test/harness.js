@@ -142,8 +142,15 @@ export async function startServe(bin, dir, { name, databaseUrl, args = [], healt
  */
 export async function startTestSidecars() {
   const dir = mkdtempSync(join(tmpdir(), 'queenside-node-'));
-  const bin = await buildSidecar(dir);
-  const dev = await startDev(bin, dir);
+  let bin;
+  let dev;
+  try {
+    bin = await buildSidecar(dir);
+    dev = await startDev(bin, dir);
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
   let small;
   if (dev.databaseUrl) {
     small = await startServe(bin, dir, {

@@ -134,7 +134,7 @@ def test_consume_forwards_and_renews(sidecar: Sidecar, queue: str) -> None:
                 return [PushItem(out, m.payload + 100)]
 
             consumer = queenside.AsyncConsumer(
-                qs, queue, slow, lease_seconds=2, renew_every=0.4, wait_ms=300, stop=stop, handle_signals=False
+                qs, queue, slow, lease_seconds=2, renew_every=0.4, wait_ms=300, stop=stop, stop_on_signals=False
             )
             stats = await consumer.run()
             assert stats.lost_acks == 0 and not any(m.redelivered for m in seen)

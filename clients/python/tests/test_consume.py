@@ -149,7 +149,7 @@ def test_sigint_stops_cleanly_and_releases_the_rest(client: Client, queue: str) 
 
 
 def test_stop_method_from_another_thread(client: Client, queue: str) -> None:
-    consumer = queenside.Consumer(client, queue, lambda m: None, wait_ms=200, handle_signals=False)
+    consumer = queenside.Consumer(client, queue, lambda m: None, wait_ms=200, stop_on_signals=False)
     timer = threading.Timer(0.3, consumer.stop)
     timer.start()
     started = time.monotonic()

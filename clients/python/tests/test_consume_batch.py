@@ -47,7 +47,7 @@ def test_failure_reasons_fit_the_sidecar() -> None:
 def test_settlement_orders_acks_and_counts() -> None:
     s = Settlement()
     s.complete(message("a", 0), [PushItem("out", 0)])
-    s.fail(message("a", 1), RuntimeError("no"))
+    s.fail(message("a", 1), RuntimeError("no"), lease("a", 0, 1), None)
     s.give_back(lease("b", 7, 7))
     assert [(a.offset, a.status) for a in s.acks] == [(0, "completed"), (1, "failed")]
     assert s.acks[1].error == "RuntimeError: no"

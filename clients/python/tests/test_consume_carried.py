@@ -185,7 +185,7 @@ def test_stopping_mid_batch_still_acks_and_releases(client: Client, queue: str) 
         if m.offset == 1:
             consumer[0].stop()
 
-    consumer.append(queenside.Consumer(client, queue, handler, group="g", batch=5, wait_ms=300, handle_signals=False))
+    consumer.append(queenside.Consumer(client, queue, handler, group="g", batch=5, wait_ms=300, stop_on_signals=False))
     stats = consumer[0].run()
     assert (stats.completed, stats.released_leases) == (2, 1)
     rest = client.pop(queue, group="g", batch=5)

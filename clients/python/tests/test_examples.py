@@ -45,7 +45,7 @@ def test_producer_then_worker(sidecar: Sidecar, queue: str, tmp_path: Path) -> N
 
     ledger = str(tmp_path / "ledger.sqlite")
     work = run_example(
-        sidecar, "worker.py", "--queue", queue, "--results", receipts, "--ledger", ledger, "--idle-exit", "1.5", "--fail-every", "7"
+        sidecar, "worker.py", "--queue", queue, "--results", receipts, "--ledger", ledger, "--idle-exit", "3", "--fail-every", "7"
     )
     assert work.returncode == 0, work.stderr
     assert "billed 40 orders" in work.stdout

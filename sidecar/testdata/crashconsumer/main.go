@@ -27,7 +27,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	err = c.Consume(ctx, os.Args[2], func(_ context.Context, m queenside.Message) error {
+	_, err = c.Consume(ctx, os.Args[2], func(_ context.Context, m queenside.Message) error {
 		var s string
 		if msgpack.Unmarshal(m.Payload, &s) == nil && s == "poison" {
 			fmt.Printf("poison %d\n", m.Offset)

@@ -26,7 +26,7 @@ from .ack_batcher import AckError
 from .async_consumer import AsyncConsumer
 from .client import Client
 from .codec import Raw
-from .consume_batch import ConsumeStats
+from .consume_batch import DEFAULT_FAILURE_BACKOFF, Backoff, ConsumeStats
 from .consumer import Consumer
 # Every error class, one per code of the generated table (_codes.py) and
 # ConnectionClosedError; __all__ below takes errors.__all__ whole, so a
@@ -36,7 +36,14 @@ from .errors import *  # noqa: F401,F403
 from .acks import completed, failed
 from .items import COMPLETED, FAILED, AckItem, PushItem, QueueOptions
 from .results import (
+    ACK_ITEM_CODES,
+    ALREADY_ACKED,
     BUFFERED,
+    LEASE_EXPIRED,
+    NOT_IN_LEASE,
+    REWOUND,
+    UNAVAILABLE,
+    UNRESOLVABLE,
     DUPLICATE,
     QUEUED,
     AckItemResult,
@@ -60,6 +67,8 @@ __all__ = [
     "Consumer",
     "AsyncConsumer",
     "ConsumeStats",
+    "Backoff",
+    "DEFAULT_FAILURE_BACKOFF",
     "AckError",
     "PushItem",
     "AckItem",
@@ -102,6 +111,13 @@ __all__ = [
     "QUEUED",
     "DUPLICATE",
     "BUFFERED",
+    "ALREADY_ACKED",
+    "LEASE_EXPIRED",
+    "NOT_IN_LEASE",
+    "UNRESOLVABLE",
+    "REWOUND",
+    "UNAVAILABLE",
+    "ACK_ITEM_CODES",
     "COMPLETED",
     "FAILED",
     "__version__",

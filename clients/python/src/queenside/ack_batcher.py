@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 from .consume_batch import ConsumeStats
 from .errors import QueensideError
 from .items import AckItem
+from .results import ACK_ITEM_CODES, ALREADY_ACKED
 
 if TYPE_CHECKING:
     from .async_client import AsyncClient
@@ -37,7 +38,8 @@ class AckError(Exception):
 
     ``items`` are the items; ``codes`` the sidecar's code for each
     (``lease_expired``, ``not_in_lease``...) when the call was answered, or
-    None when the call itself failed, with that error in ``error``.
+    None when the call itself failed, with that error in ``error``. An item
+    answered ``already_acked`` is not one: an earlier ack settled it.
     """
 
     def __init__(self, items: Sequence[AckItem], codes: Optional[Sequence[Optional[str]]] = None, error: Optional[BaseException] = None) -> None:
@@ -47,7 +49,8 @@ class AckError(Exception):
         if error is not None:
             text = f"ack of {len(self.items)} item(s) failed: {error}"
         else:
-            text = f"{len(self.items)} ack item(s) refused ({', '.join(sorted({str(c) for c in self.codes or []}))})"
+            reasons = sorted({f"{ACK_ITEM_CODES.get(str(c), c)} ({c})" for c in self.codes or []})
+            text = f"{len(self.items)} ack item(s) refused: {', '.join(reasons)}"
         super().__init__(text + "; those messages will be delivered again")
 
 
@@ -81,7 +84,11 @@ class _Pending:
         if exc is not None:
             failure = AckError(items, error=exc)
         else:
-            refused = [(items[r.index], r.code) for r in results or [] if not r.success and 0 <= r.index < len(items)]
+            refused = [
+                (items[r.index], r.code)
+                for r in results or []
+                if not r.success and r.code != ALREADY_ACKED and 0 <= r.index < len(items)
+            ]
             if not refused:
                 return
             failure = AckError([i for i, _ in refused], [c for _, c in refused])

@@ -22,7 +22,7 @@ from .connection import DEFAULT_MAX_IN_FLIGHT, NoticeHandler
 from .acks import AckLike
 from .dlq_bulk import DLQDeleteReply, DLQErrorCount, DLQFilter, DLQReplayReply
 from .errors import ConnectionClosedError, QueensideError
-from .items import PushItem, QueueOptions
+from .items import PushItem, PushLike, QueueOptions
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
 from .retry import DEFAULT_RETRY, Attempts, RetryPolicy
 from .socket_path import default_socket_path
@@ -129,7 +129,7 @@ class AsyncClient:
         self._connected().max_frame_bytes = res.max_frame_bytes or None
         return res
 
-    async def push(self, items: Iterable[PushItem], *, timeout: Optional[float] = None) -> List[PushResult]:
+    async def push(self, items: Union[PushLike, Iterable[PushLike]], *, timeout: Optional[float] = None) -> List[PushResult]:
         return await self._run(ops.push(items), timeout)
 
     async def push_one(
@@ -222,7 +222,7 @@ class AsyncClient:
         return await self._run(ops.release(lease_ids), timeout)
 
     async def transaction(
-        self, acks: Iterable[AckLike] = (), pushes: Iterable[PushItem] = (), *, timeout: Optional[float] = None
+        self, acks: Iterable[AckLike] = (), pushes: Union[PushLike, Iterable[PushLike]] = (), *, timeout: Optional[float] = None
     ) -> TransactionResult:
         return await self._run(ops.transaction(acks, pushes), timeout)
 
@@ -343,6 +343,8 @@ class AsyncClient:
         **options: Any,
     ) -> "ConsumeStats":
         """Run ``AsyncConsumer(self, queue, handler, ...)`` until stopped; see ``AsyncConsumer``."""
+        from .consume_batch import check_options
         from .async_consumer import AsyncConsumer
 
+        check_options(AsyncConsumer, options)
         return await AsyncConsumer(self, queue, handler, group=group, stop=stop, **options).run()

@@ -6,16 +6,23 @@ import asyncio
 import datetime as _dt
 import inspect
 import logging
-import signal
-import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Set, TypeVar, Union
 
 from .ack_batcher import AckErrorHandler, AsyncAckBatcher
 from .async_lease_keeper import AsyncLeaseKeeper
-from .consume_batch import AsyncHandler, ConsumeStats, Settlement, split_by_lease
+from .consume_batch import (
+    DEFAULT_FAILURE_BACKOFF,
+    AsyncHandler,
+    Backoff,
+    ConsumeStats,
+    Settlement,
+    check_handler,
+    split_by_lease,
+)
 from .errors import ConnectionClosedError, DrainingError, QueensideError
-from .results import PopResult
-from .stop_signals import STOP_SIGNALS
+from .results import AckResult, PopResult
+from .stop_signals import install_stop_signals
 from .tracing import consumer_span
 
 if TYPE_CHECKING:
@@ -24,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["AsyncConsumer", "AsyncHandler", "ConsumeStats"]
 
 log = logging.getLogger("queenside")
+
+T = TypeVar("T")
 
 
 class AsyncConsumer:
@@ -35,7 +44,9 @@ class AsyncConsumer:
     is as for ``Consumer``; with ``ack_async=True`` the acks are sent by a
     task of their own, and ``on_ack_error`` is called on the event loop.
     Without it, a batch's acks go with the next pop (``ack_and_pop``), as
-    in ``Consumer``.
+    in ``Consumer``. A stop during a pop's long-poll stops awaiting it at
+    once; the call goes on in a task, and what its answer leased is given
+    back when it comes.
     """
 
     def __init__(
@@ -49,17 +60,19 @@ class AsyncConsumer:
         batch: int = 10,
         partitions: int = 1,
         concurrency: int = 1,
-        wait_ms: int = 2000,
+        wait_ms: int = 5000,
         lease_seconds: Optional[int] = None,
         renew_every: Optional[float] = None,
         subscription_mode: Optional[str] = None,
         subscription_from: Optional[Union[_dt.datetime, int, str]] = None,
         stop: Optional[asyncio.Event] = None,
-        handle_signals: bool = True,
+        stop_on_signals: bool = True,
+        failure_backoff: Optional[Backoff] = DEFAULT_FAILURE_BACKOFF,
         retry_delay: float = 0.5,
         ack_async: bool = False,
         on_ack_error: Optional[AckErrorHandler] = None,
     ) -> None:
+        check_handler(handler)
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.client = client
@@ -75,7 +88,8 @@ class AsyncConsumer:
         self.renew_every = renew_every
         self.subscription_mode = subscription_mode
         self.subscription_from = subscription_from
-        self.handle_signals = handle_signals
+        self.stop_on_signals = stop_on_signals
+        self.failure_backoff = failure_backoff
         self.retry_delay = retry_delay
         self._stop = stop if stop is not None else asyncio.Event()
         self._fatal: Optional[BaseException] = None
@@ -84,6 +98,11 @@ class AsyncConsumer:
         self.ack_async = ack_async
         self.on_ack_error = on_ack_error
         self._acks: Optional[AsyncAckBatcher] = None
+        # Set while run() runs: a task that ends when the loop is asked to stop.
+        self._stopped: Optional["asyncio.Future[Any]"] = None
+        # Calls the loop stopped awaiting, and the releases of what they
+        # leased: referenced until they end.
+        self._late: Set["asyncio.Future[Any]"] = set()
 
     @property
     def stats(self) -> ConsumeStats:
@@ -96,7 +115,9 @@ class AsyncConsumer:
         return self._stop.is_set() or self._fatal is not None or self.client.draining
 
     async def run(self) -> ConsumeStats:
-        restore = self._install_signals() if self.handle_signals else (lambda: None)
+        loop = asyncio.get_running_loop()
+        restore = install_stop_signals(self.stop, loop) if self.stop_on_signals else (lambda: None)
+        self._stopped = asyncio.ensure_future(self._stop.wait())
         self._keeper = AsyncLeaseKeeper(self.client, self.lease_seconds, self.renew_every)
         self._keeper.start()
         if self.ack_async:
@@ -108,34 +129,13 @@ class AsyncConsumer:
             if self._acks is not None:
                 await self._acks.close()  # the pending acks go before the leases are left to lapse
             await self._keeper.stop()
+            self._stopped.cancel()
             restore()
         if self._fatal is not None:
             raise self._fatal
         if self.client.draining and not self._stop.is_set():
             raise DrainingError("the sidecar is shutting down; consume stopped")
         return self._stats
-
-    def _install_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        loop = asyncio.get_running_loop()
-        previous: Dict[int, Any] = {}
-        for sig in STOP_SIGNALS:
-            try:
-                handler = signal.getsignal(sig)
-                loop.add_signal_handler(sig, self.stop)
-                previous[sig] = handler
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                # remove_signal_handler leaves SIG_DFL behind: put back
-                # what was there (Python's own Ctrl-C handling, say).
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, handler)
-
-        return restore
 
     def _fail(self, exc: BaseException) -> None:
         if self._fatal is None:
@@ -175,20 +175,61 @@ class AsyncConsumer:
             subscription_from=self.subscription_from,
         )
 
+    async def _await(self, call: Awaitable[T], late: Callable[[T], None]) -> Optional[T]:
+        """call's answer; None when the loop was asked to stop first: the call
+        then goes on in its task, and ``late`` gets its answer when it comes."""
+        task = asyncio.ensure_future(call)
+        assert self._stopped is not None
+        await asyncio.wait((task, self._stopped), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        self._late.add(task)
+
+        def answered(t: "asyncio.Future[T]") -> None:
+            self._late.discard(t)
+            if not t.cancelled() and t.exception() is None:
+                late(t.result())
+
+        task.add_done_callback(answered)
+        return None
+
+    def _give_back_late(self, pop: Optional[PopResult]) -> None:
+        """As Consumer._give_back_late, in a task of its own."""
+        if pop is None or not pop.leases:
+            return
+
+        async def release(ids: List[str]) -> None:
+            try:
+                await self.client.release(ids)
+            except QueensideError as exc:
+                log.warning("queenside: release failed (%s); those leases will expire", exc)
+
+        task = asyncio.ensure_future(release([lease.lease_id for lease in pop.leases]))
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
+
     async def _pop(self, wait_ms: int) -> Optional[PopResult]:
         try:
-            return await self.client.pop(self.queue, wait_ms=wait_ms, **self._pop_args())
+            return await self._await(self.client.pop(self.queue, wait_ms=wait_ms, **self._pop_args()), self._give_back_late)
         except QueensideError as exc:
             return await self._pop_failed(exc)
 
     async def _ack_and_pop(self, s: Settlement) -> Optional[PopResult]:
         """As Consumer._ack_and_pop."""
         stats = s.stats()
+
+        def late(res: AckResult) -> None:
+            s.count_refused(res.results, ConsumeStats())  # the acks were applied all the same
+            self._give_back_late(res.pop)
+
         try:
-            res = await self.client.ack_and_pop(s.acks, self.queue, wait_ms=self.wait_ms, **self._pop_args())
+            res = await self._await(self.client.ack_and_pop(s.acks, self.queue, wait_ms=self.wait_ms, **self._pop_args()), late)
         except QueensideError as exc:
             await self._settle(s)  # resent on their own: repeating an ack is safe
             return await self._pop_failed(exc)
+        if res is None:  # stopping: the answer is late's
+            self._stats.add(stats)
+            return None
         s.count_refused(res.results, stats)
         self._stats.add(stats)
         if res.pop_error is not None:
@@ -228,13 +269,13 @@ class AsyncConsumer:
                                 outputs = await outputs
                         except Exception as exc:
                             span.fail(exc)
-                            log.info("queenside: handler failed on %s/%s@%d: %s", message.queue, message.partition, message.offset, exc)
-                            settlement.fail(message, exc)
+                            settlement.fail(message, exc, work.lease, self.failure_backoff)
                             break
                         except BaseException:
                             settlement.give_back(work.lease)
                             raise
                         settlement.complete(message, outputs)
+            await self._wait_until(settlement.retry_at)  # the failures' backoff, the leases renewed
             carry = self._acks is None and settlement.carriable()
         finally:
             if self._acks is not None and settlement.only_completed():
@@ -250,6 +291,17 @@ class AsyncConsumer:
                 if not carry:
                     await self._settle(settlement)
         return settlement if carry else None
+
+    async def _wait_until(self, deadline: float) -> None:
+        """Until time.monotonic() reaches deadline, or the loop is stopping."""
+        while not self._stopping():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=min(left, 0.1))
+            except asyncio.TimeoutError:
+                pass
 
     async def _settle(self, s: Settlement) -> None:
         stats = s.stats()

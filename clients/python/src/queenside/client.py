@@ -21,7 +21,7 @@ from .acks import AckLike
 from .dlq_bulk import DLQDeleteReply, DLQErrorCount, DLQFilter, DLQReplayReply
 from .connection import DEFAULT_MAX_IN_FLIGHT, Connection, NoticeHandler
 from .errors import QueensideError
-from .items import PushItem, QueueOptions
+from .items import PushItem, PushLike, QueueOptions
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
 from .retry import DEFAULT_RETRY, Attempts, RetryPolicy
 from .socket_path import default_socket_path
@@ -121,8 +121,14 @@ class Client:
         self._conn.max_frame_bytes = res.max_frame_bytes or None
         return res
 
-    def push(self, items: Iterable[PushItem], *, timeout: Optional[float] = None) -> List[PushResult]:
-        """Push items; one result per item, in order. Items fail alone: check each ``status``."""
+    def push(self, items: Union[PushLike, Iterable[PushLike]], *, timeout: Optional[float] = None) -> List[PushResult]:
+        """Push one item or a list of them; one result per item, in order. Items fail alone: check each ``status``.
+
+        An item is a ``PushItem`` or a dict with the same fields (the
+        protocol's keys, ``transactionId``, or the Python names). One
+        without a queue or a payload, or a dict with an unknown key, is
+        refused before anything is sent (``InvalidArgumentError``).
+        """
         return self._run(ops.push(items), timeout)
 
     def push_one(
@@ -234,7 +240,7 @@ class Client:
         return self._run(ops.release(lease_ids), timeout)
 
     def transaction(
-        self, acks: Iterable[AckLike] = (), pushes: Iterable[PushItem] = (), *, timeout: Optional[float] = None
+        self, acks: Iterable[AckLike] = (), pushes: Union[PushLike, Iterable[PushLike]] = (), *, timeout: Optional[float] = None
     ) -> TransactionResult:
         """Commit acks and pushes together, or nothing (``ConflictError``, with ``.acks``)."""
         return self._run(ops.transaction(acks, pushes), timeout)
@@ -371,6 +377,8 @@ class Client:
         **options: Any,
     ) -> "ConsumeStats":
         """Run ``Consumer(self, queue, handler, ...)`` until stopped; see ``Consumer``."""
+        from .consume_batch import check_options
         from .consumer import Consumer
 
+        check_options(Consumer, options)
         return Consumer(self, queue, handler, group=group, stop=stop, **options).run()

@@ -1,29 +1,46 @@
-"""What the consume loops share: splitting a pop by lease, and recording what
-the handlers decided until the batch is settled with one ack (or one
-transaction) and one release.
+"""What the consume loops share: their options' checks and defaults, splitting
+a pop by lease, the wait after a failure, and recording what the handlers
+decided until the batch is settled with one ack (or one transaction) and
+one release.
 
 The rules, which keep per-partition order through failures:
 
 - the messages of one lease are handled one after the other, in offset order;
-- a handler that raises fails its message (a nack): the sidecar rewinds the
-  group's cursor to it, so the rest of that lease is not handled now but
-  delivered again, after the failed message;
+- a handler that raises fails its message (a nack): the loop waits the
+  failure backoff, holding the lease (renewed), then sends the failed ack;
+  the sidecar rewinds the group's cursor to the message, so the rest of
+  that lease is not handled now but delivered again, after the failed
+  message;
 - a stop (or the sidecar draining) between two messages gives the rest of
   the lease back with ``release``, which charges no retry budget.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 from .errors import ConflictError, QueensideError
 from .items import AckItem, PushItem
-from .results import Lease, Message, PopResult
+from .results import ALREADY_ACKED, ACK_ITEM_CODES, Lease, Message, PopResult
 from .tracing import with_trace_context
 
-__all__ = ["Handler", "AsyncHandler", "LeaseWork", "split_by_lease", "Settlement", "ConsumeStats", "failure_reason"]
+__all__ = [
+    "Handler",
+    "AsyncHandler",
+    "Backoff",
+    "DEFAULT_FAILURE_BACKOFF",
+    "LeaseWork",
+    "split_by_lease",
+    "Settlement",
+    "ConsumeStats",
+    "failure_reason",
+    "check_handler",
+    "check_options",
+]
 
 log = logging.getLogger("queenside")
 
@@ -35,6 +52,87 @@ AsyncHandler = Callable[[Message], Union[HandlerResult, Awaitable[HandlerResult]
 
 # The sidecar keeps at most 4 096 bytes of a failure reason.
 _MAX_REASON = 4096
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long a consume loop waits after a handler failed, before the
+    message is delivered again (seconds).
+
+    After failure ``n`` of a message the loop waits
+    ``min(initial * 2 ** (n - 1), max)``, holding the lease (renewed) so
+    that nothing else of the partition is delivered meanwhile, then sends
+    the failed ack, which charges the retry budget and redelivers the
+    message. ``n`` is the lease's ``head_attempts`` when the message heads
+    its lease, else 1. ``failure_backoff=None`` sends the failed ack at once.
+    """
+
+    initial: float = 1.0
+    max: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.initial <= self.max:
+            raise ValueError(f"Backoff needs 0 <= initial <= max, not initial={self.initial}, max={self.max}")
+
+    def delay(self, failures: int) -> float:
+        """The wait after the given number of failures (1 for the first)."""
+        delay = self.initial
+        for _ in range(max(failures, 1) - 1):
+            if delay == 0 or delay >= self.max:
+                break
+            delay *= 2
+        return min(delay, self.max)
+
+
+DEFAULT_FAILURE_BACKOFF = Backoff()
+
+
+def check_handler(handler: Any) -> None:
+    """Refuse, before anything is sent, a consume without a handler."""
+    if not callable(handler):
+        kind = "None" if handler is None else type(handler).__name__
+        raise TypeError(f"consume needs a handler: a function called with each message, not {kind}")
+
+
+def check_options(consumer: type, options: Mapping[str, Any]) -> None:
+    """Refuse options the consumer class does not take, naming every one."""
+    known = [name for name, p in inspect.signature(consumer.__init__).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        names = ", ".join(unknown)
+        raise TypeError(f"consume: unknown option{'s' if len(unknown) > 1 else ''} {names} (known: {', '.join(known)})")
+
+
+def failures_of(lease: Lease, message: Message) -> int:
+    """How many times the message has failed, counting this failure: the
+    lease's ``head_attempts`` when it heads the lease, else 1."""
+    if message.offset == lease.from_offset and lease.head_attempts > 1:
+        return lease.head_attempts
+    return 1
+
+
+def log_failure(message: Message, exc: BaseException, failures: int, delay: float) -> None:
+    """A handler's failure, at WARNING on the ``queenside`` logger; the fields
+    are also the record's attributes (queue, partition, offset, error,
+    failures, delay) for structured logging."""
+    log.warning(
+        "queenside: handler failed on %s/%s@%d (failure %d, retry in %gs): %s",
+        message.queue,
+        message.partition,
+        message.offset,
+        failures,
+        delay,
+        failure_reason(exc),
+        exc_info=exc,
+        extra={
+            "queue": message.queue,
+            "partition": message.partition,
+            "offset": message.offset,
+            "error": exc,
+            "failures": failures,
+            "delay": delay,
+        },
+    )
 
 
 @dataclass
@@ -83,7 +181,8 @@ class ConsumeStats:
     failed: int = 0
     released_leases: int = 0
     # Ack items the sidecar refused (lease expired, transaction conflict):
-    # those messages come again.
+    # those messages come again. An item answered already_acked is not
+    # one: an earlier ack settled its message.
     lost_acks: int = 0
     # Settling calls that failed (sidecar unavailable, draining...).
     settle_errors: int = 0
@@ -101,6 +200,11 @@ class Settlement:
     failed: List[AckItem] = field(default_factory=list)
     pushes: List[PushItem] = field(default_factory=list)
     release: List[str] = field(default_factory=list)
+    # The messages of ``failed``, in the same order.
+    failed_messages: List[Message] = field(default_factory=list)
+    # When (time.monotonic()) the failure backoff of the batch ends: its
+    # acks are not sent before.
+    retry_at: float = 0.0
 
     def complete(self, message: Message, outputs: Any) -> None:
         # Called while the message's span is current, so that what the
@@ -109,8 +213,15 @@ class Settlement:
         self.completed.append(message.completed())
         self.pushes.extend(items)
 
-    def fail(self, message: Message, exc: BaseException) -> None:
+    def fail(self, message: Message, exc: BaseException, lease: Lease, backoff: Optional[Backoff]) -> None:
+        """Record the handler's failure on message, log it, and put the
+        batch's acks off by the backoff's delay for it."""
+        failures = failures_of(lease, message)
+        delay = backoff.delay(failures) if backoff is not None else 0.0
+        log_failure(message, exc, failures, delay)
         self.failed.append(message.failed(failure_reason(exc)))
+        self.failed_messages.append(message)
+        self.retry_at = max(self.retry_at, time.monotonic() + delay)
 
     def give_back(self, lease: Lease) -> None:
         self.release.append(lease.lease_id)
@@ -134,14 +245,25 @@ class Settlement:
         return ConsumeStats(completed=len(self.completed), failed=len(self.failed), released_leases=len(self.release))
 
     def count_refused(self, results: Iterable[Any], stats: ConsumeStats) -> None:
-        refused = [r for r in results if not r.success]
+        """Count and log the items the sidecar refused, and the messages dead-lettered.
+
+        ``already_acked`` is no loss: an earlier ack settled the message
+        (a repeat after a lost answer, say).
+        """
+        results = list(results)
+        refused = [r for r in results if not r.success and r.code != ALREADY_ACKED]
         if refused:
             stats.lost_acks += len(refused)
             log.warning(
                 "queenside: %d ack item(s) refused (%s); those messages will be delivered again",
                 len(refused),
-                ", ".join(sorted({str(r.code) for r in refused})),
+                ", ".join(sorted({f"{ACK_ITEM_CODES.get(str(r.code), r.code)} ({r.code})" for r in refused})),
             )
+        for r in results:
+            index = r.index - len(self.completed)
+            if r.dead_lettered and 0 <= index < len(self.failed_messages):
+                m = self.failed_messages[index]
+                log.warning("queenside: %s/%s@%d dead-lettered: it failed past its queue's retry limit", m.queue, m.partition, m.offset)
 
     def on_settle_error(self, exc: QueensideError, stats: ConsumeStats) -> Optional[QueensideError]:
         """Record a failed settling call; return it when the consume loop must stop."""

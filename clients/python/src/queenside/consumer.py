@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import queue as _queue
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+import time
+from concurrent.futures import Future, wait
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from .ack_batcher import AckBatcher, AckErrorHandler
-from .consume_batch import ConsumeStats, Handler, Settlement, split_by_lease
+from .consume_batch import (
+    DEFAULT_FAILURE_BACKOFF,
+    Backoff,
+    ConsumeStats,
+    Handler,
+    Settlement,
+    check_handler,
+    split_by_lease,
+)
 from .errors import ConnectionClosedError, DrainingError, QueensideError
 from .lease_keeper import LeaseKeeper
-from .results import PopResult
+from .results import AckResult, PopResult
 from .stop_signals import install_stop_signals
 from .tracing import consumer_span
 
@@ -26,6 +37,48 @@ if TYPE_CHECKING:
 __all__ = ["Consumer", "ConsumeStats", "Handler"]
 
 log = logging.getLogger("queenside")
+
+T = TypeVar("T")
+
+# How often a worker waiting for a pop's answer, or in a failure's backoff,
+# looks whether it was asked to stop.
+_STOP_POLL = 0.1
+
+
+class _Caller:
+    """Runs a worker's pops on a thread of its own, one at a time, so that
+    the worker can stop waiting for one: a long-poll cannot be cut short on
+    the wire, and a stop must not wait it out.
+
+    A call the worker gave up on goes on until its answer comes; the
+    worker's callback then gives back what it leased.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._calls: "_queue.SimpleQueue[Optional[Tuple[Callable[[], Any], Future[Any]]]]" = _queue.SimpleQueue()
+        threading.Thread(target=self._loop, name=name, daemon=True).start()
+
+    def submit(self, call: Callable[[], T]) -> "Future[T]":
+        future: "Future[T]" = Future()
+        self._calls.put((call, future))
+        return future
+
+    def close(self) -> None:
+        """End the thread once the call in hand, if any, is answered."""
+        self._calls.put(None)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._calls.get()
+            if job is None:
+                return
+            call, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # the worker raises it
+                future.set_exception(exc)
 
 
 class Consumer:
@@ -38,11 +91,21 @@ class Consumer:
     - ``concurrency`` threads each pop and handle their own batches; the
       messages of one partition are never handled at once by two threads,
       and always in offset order.
-    - Leases are renewed while handlers run.
+    - A handler's failure is logged at WARNING on the ``queenside`` logger
+      (queue, partition, offset, the error, the failure count and the
+      delay), then the loop waits ``failure_backoff`` (a ``Backoff``: 1 s,
+      doubling up to 60 s, by default), holding the lease, before the
+      failed ack is sent; ``failure_backoff=None`` sends it at once.
+    - Leases are renewed while handlers run, and during a failure's backoff.
     - ``stop()``, the ``stop`` event, SIGINT or SIGTERM (when run in the main
-      thread with ``handle_signals``) end the loop cleanly: the message in
-      hand finishes, what completed is acked, the rest is released to other
-      consumers. A stop takes at most ``wait_ms`` plus the message in hand.
+      thread, unless ``stop_on_signals=False``) end the loop cleanly: the
+      message in hand finishes, what completed is acked, the rest is
+      released to other consumers. The first signal stops the loop and puts
+      the previous handlers back, so a second Ctrl-C interrupts as usual.
+      A stop does not wait out a pop's long-poll: the loop stops waiting for
+      its answer at once, and gives back what that answer leased when it
+      comes. A stop during a failure's backoff ends the wait and sends the
+      failed ack at once.
     - ``run()`` returns the counts after a requested stop. It raises
       ``DrainingError`` when the sidecar began shutting down, and the error
       that ended it otherwise (a lost connection, a non-retryable answer).
@@ -77,17 +140,19 @@ class Consumer:
         batch: int = 10,
         partitions: int = 1,
         concurrency: int = 1,
-        wait_ms: int = 2000,
+        wait_ms: int = 5000,
         lease_seconds: Optional[int] = None,
         renew_every: Optional[float] = None,
         subscription_mode: Optional[str] = None,
         subscription_from: Optional[Union[_dt.datetime, int, str]] = None,
         stop: Optional[threading.Event] = None,
-        handle_signals: bool = True,
+        stop_on_signals: bool = True,
+        failure_backoff: Optional[Backoff] = DEFAULT_FAILURE_BACKOFF,
         retry_delay: float = 0.5,
         ack_async: bool = False,
         on_ack_error: Optional[AckErrorHandler] = None,
     ) -> None:
+        check_handler(handler)
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.client = client
@@ -103,7 +168,8 @@ class Consumer:
         self.renew_every = renew_every
         self.subscription_mode = subscription_mode
         self.subscription_from = subscription_from
-        self.handle_signals = handle_signals
+        self.stop_on_signals = stop_on_signals
+        self.failure_backoff = failure_backoff
         self.retry_delay = retry_delay
         self._stop = stop if stop is not None else threading.Event()
         self._fatal: Optional[BaseException] = None
@@ -126,7 +192,7 @@ class Consumer:
         return self._stop.is_set() or self._fatal is not None or self.client.draining
 
     def run(self) -> ConsumeStats:
-        restore = install_stop_signals(self.stop) if self.handle_signals else (lambda: None)
+        restore = install_stop_signals(self.stop) if self.stop_on_signals else (lambda: None)
         self._keeper = LeaseKeeper(self.client, self.lease_seconds, self.renew_every)
         self._keeper.start()
         if self.ack_async:
@@ -166,6 +232,7 @@ class Consumer:
     def _work(self) -> None:
         # The settled batch whose acks the next pop carries (without ack_async).
         carried: Optional[Settlement] = None
+        caller = _Caller(f"{threading.current_thread().name}-pop")
         try:
             while not self._stopping():
                 # Pending acks hold their leases' partitions, and a lease
@@ -174,9 +241,9 @@ class Consumer:
                 waiting_acks = self._acks is not None and self._acks.busy
                 if carried is not None:
                     sending, carried = carried, None
-                    result = self._ack_and_pop(sending)
+                    result = self._ack_and_pop(caller, sending)
                 else:
-                    result = self._pop(0 if waiting_acks else self.wait_ms)
+                    result = self._pop(caller, 0 if waiting_acks else self.wait_ms)
                 if result is not None and result.leases:
                     carried = self._handle(result)
                 elif waiting_acks and result is not None:
@@ -186,6 +253,28 @@ class Consumer:
                 self._settle(carried)  # stopping: no next pop will carry them
         except BaseException as exc:  # ends the whole loop, reported by run()
             self._fail(exc)
+        finally:
+            caller.close()
+
+    def _await(self, caller: _Caller, call: Callable[[], T], late: Callable[[T], None]) -> Optional[T]:
+        """call's answer, made on the caller's thread; None when the loop was
+        asked to stop first: ``late`` then gets the answer when it comes."""
+        future = caller.submit(call)
+        while not future.done():
+            if self._stop.is_set():
+                future.add_done_callback(lambda f: None if f.cancelled() or f.exception() else late(f.result()))
+                return None
+            wait([future], timeout=_STOP_POLL)
+        return future.result()
+
+    def _give_back_late(self, pop: Optional[PopResult]) -> None:
+        """Releases the leases of a pop whose answer came after the loop stopped waiting for it."""
+        if pop is None or not pop.leases:
+            return
+        try:
+            self.client.release([lease.lease_id for lease in pop.leases])
+        except QueensideError as exc:
+            log.warning("queenside: release failed (%s); those leases will expire", exc)
 
     def _pop_args(self) -> Dict[str, Any]:
         """The pop's arguments (wait_ms aside), the same alone or carried by an ack."""
@@ -199,23 +288,33 @@ class Consumer:
             subscription_from=self.subscription_from,
         )
 
-    def _pop(self, wait_ms: int) -> Optional[PopResult]:
+    def _pop(self, caller: _Caller, wait_ms: int) -> Optional[PopResult]:
         try:
-            return self.client.pop(self.queue, wait_ms=wait_ms, **self._pop_args())
+            return self._await(caller, lambda: self.client.pop(self.queue, wait_ms=wait_ms, **self._pop_args()), self._give_back_late)
         except QueensideError as exc:
             return self._pop_failed(exc)
 
-    def _ack_and_pop(self, s: Settlement) -> Optional[PopResult]:
+    def _ack_and_pop(self, caller: _Caller, s: Settlement) -> Optional[PopResult]:
         """Sends a batch's acks with the next pop; None when the pop brought nothing to handle."""
         stats = s.stats()
+
+        def late(res: AckResult) -> None:
+            # The acks were applied all the same: the sidecar applies an
+            # ack whether or not its answer is waited for.
+            s.count_refused(res.results, ConsumeStats())
+            self._give_back_late(res.pop)
+
         try:
-            res = self.client.ack_and_pop(s.acks, self.queue, wait_ms=self.wait_ms, **self._pop_args())
+            res = self._await(caller, lambda: self.client.ack_and_pop(s.acks, self.queue, wait_ms=self.wait_ms, **self._pop_args()), late)
         except QueensideError as exc:
             # Nothing says whether the acks were applied, and sending them
             # again is safe (PROTOCOL.md, ack): settle the batch as a plain
             # ack would, then treat the error as a failed pop's.
             self._settle(s)
             return self._pop_failed(exc)
+        if res is None:  # stopping: the answer is late's
+            self._add_stats(stats)
+            return None
         s.count_refused(res.results, stats)
         self._add_stats(stats)
         if res.pop_error is not None:  # the acks were applied, the pop was not
@@ -253,13 +352,13 @@ class Consumer:
                             outputs = self.handler(message)
                         except Exception as exc:
                             span.fail(exc)
-                            log.info("queenside: handler failed on %s/%s@%d: %s", message.queue, message.partition, message.offset, exc)
-                            settlement.fail(message, exc)
+                            settlement.fail(message, exc, work.lease, self.failure_backoff)
                             break  # the rest of this lease comes again after the rewind
                         except BaseException:
                             settlement.give_back(work.lease)
                             raise
                         settlement.complete(message, outputs)
+            self._wait_until(settlement.retry_at)  # the failures' backoff, the leases renewed
             carry = self._acks is None and settlement.carriable()
         finally:
             if self._acks is not None and settlement.only_completed():
@@ -277,6 +376,14 @@ class Consumer:
                 if not carry:
                     self._settle(settlement)
         return settlement if carry else None
+
+    def _wait_until(self, deadline: float) -> None:
+        """Until time.monotonic() reaches deadline, or the loop is stopping."""
+        while not self._stopping():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._stop.wait(min(left, _STOP_POLL))
 
     def _settle(self, s: Settlement) -> None:
         stats = s.stats()

@@ -9,15 +9,26 @@ leaves unset options out rather than sending nil, as the encoding rules ask.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from ._queue_options import QueueOptions
 from .codec import Raw, encode_payload
+from .errors import InvalidArgumentError
 
-__all__ = ["PushItem", "AckItem", "QueueOptions", "COMPLETED", "FAILED"]
+__all__ = ["PushItem", "PushLike", "AckItem", "QueueOptions", "COMPLETED", "FAILED", "push_items"]
 
 COMPLETED = "completed"
 FAILED = "failed"
+
+
+class _Missing:
+    """What a ``PushItem`` holds where its queue or payload was not given."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING: Any = _Missing()
 
 
 @dataclass
@@ -25,12 +36,15 @@ class PushItem:
     """One message to push.
 
     ``payload`` is any value msgpack can encode (wrap bytes that are already
-    msgpack in ``Raw`` to send them as they are). Give ``transaction_id``
-    whenever the push may be retried: only then is a retry a ``duplicate``.
+    msgpack in ``Raw`` to send them as they are); ``None`` is a payload
+    too (msgpack nil), but it must be given: an item without a payload, or
+    without a queue, is refused before anything is sent. Give
+    ``transaction_id`` whenever the push may be retried: only then is a
+    retry a ``duplicate``.
     """
 
-    queue: str
-    payload: Any = None
+    queue: str = _MISSING
+    payload: Any = _MISSING
     partition: Optional[str] = None
     transaction_id: Optional[str] = None
     trace_id: Optional[str] = None
@@ -48,6 +62,66 @@ class PushItem:
         if self.headers:
             item["headers"] = dict(self.headers)
         return item
+
+
+# What push and transaction take as an item: a PushItem, or a dict with the
+# protocol's keys (transactionId, traceId) or the Python names
+# (transaction_id, trace_id).
+PushLike = Union[PushItem, Mapping[str, Any]]
+
+# A dict item's keys, each with the PushItem field it sets.
+_DICT_KEYS: Dict[str, str] = {
+    "queue": "queue",
+    "partition": "partition",
+    "payload": "payload",
+    "transactionId": "transaction_id",
+    "transaction_id": "transaction_id",
+    "traceId": "trace_id",
+    "trace_id": "trace_id",
+    "headers": "headers",
+}
+_KNOWN_KEYS = "queue, payload, partition, transactionId (or transaction_id), traceId (or trace_id), headers"
+
+
+def push_items(items: Union[PushLike, Iterable[PushLike]]) -> List[PushItem]:
+    """The items of a push: one item (a ``PushItem`` or a dict) or an iterable of them.
+
+    Every item is checked here, before anything is sent: a dict with a key
+    push does not know (``InvalidArgumentError`` naming every one, and the
+    known ones), an item without a queue or without a payload
+    (``InvalidArgumentError``, "push item N: payload is required"); an item
+    of another type is a ``TypeError``.
+    """
+    if isinstance(items, (PushItem, Mapping)):
+        items = [items]
+    elif isinstance(items, (str, bytes, bytearray)) or not isinstance(items, Iterable):
+        raise TypeError(f"push takes a PushItem, a dict, or a list of them, not {type(items).__name__}")
+    out: List[PushItem] = []
+    for index, item in enumerate(items):
+        if isinstance(item, Mapping):
+            item = _from_dict(index, item)
+        elif not isinstance(item, PushItem):
+            raise TypeError(f"push item {index}: a PushItem or a dict, not {type(item).__name__}")
+        if item.queue is _MISSING or item.queue is None:
+            raise InvalidArgumentError(f"push item {index}: queue is required")
+        if item.payload is _MISSING:
+            raise InvalidArgumentError(f"push item {index}: payload is required")
+        out.append(item)
+    return out
+
+
+def _from_dict(index: int, d: Mapping[str, Any]) -> PushItem:
+    unknown = [key for key in d if key not in _DICT_KEYS]
+    if unknown:
+        names = ", ".join(repr(key) for key in unknown)
+        raise InvalidArgumentError(f"push item {index}: unknown key{'s' if len(unknown) > 1 else ''} {names} (known: {_KNOWN_KEYS})")
+    fields: Dict[str, Any] = {}
+    for key, value in d.items():
+        name = _DICT_KEYS[key]
+        if name in fields:
+            raise InvalidArgumentError(f"push item {index}: {name} is given twice (as {key!r} and under its other name)")
+        fields[name] = value
+    return PushItem(**fields)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from .admin_results import (
 from .acks import AckLike, ack_items
 from .codec import time_arg
 from .dlq_bulk import DLQDeleteReply, DLQErrorCount, DLQFilter, DLQReplayReply
-from .items import PushItem, QueueOptions
+from .items import PushLike, QueueOptions, push_items
 from .results import AckResult, LeaseResult, PopResult, PushResult, TransactionResult
 from .tracing import with_trace_context
 
@@ -65,8 +65,8 @@ def hello(client: str, protocol: int = PROTOCOL_VERSION) -> Op[HelloResult]:
     return Op("hello", args, HelloResult.from_wire)
 
 
-def push(items: Iterable[PushItem]) -> Op[List[PushResult]]:
-    wire = [item.to_wire() for item in with_trace_context(items)]
+def push(items: Union[PushLike, Iterable[PushLike]]) -> Op[List[PushResult]]:
+    wire = [item.to_wire() for item in with_trace_context(push_items(items))]
     return Op("push", {"items": wire}, lambda r: [PushResult.from_wire(x) for x in r.get("results") or []])
 
 
@@ -138,8 +138,8 @@ def release(lease_ids: Iterable[str]) -> Op[List[LeaseResult]]:
     return Op("release", {"leaseIds": list(lease_ids)}, _lease_results)
 
 
-def transaction(acks: Iterable[AckLike] = (), pushes: Iterable[PushItem] = ()) -> Op[TransactionResult]:
-    args = {"acks": [a.to_wire() for a in ack_items(acks)], "pushes": [p.to_wire() for p in with_trace_context(pushes)]}
+def transaction(acks: Iterable[AckLike] = (), pushes: Union[PushLike, Iterable[PushLike]] = ()) -> Op[TransactionResult]:
+    args = {"acks": [a.to_wire() for a in ack_items(acks)], "pushes": [p.to_wire() for p in with_trace_context(push_items(pushes))]}
     return Op("transaction", args, TransactionResult.from_wire)
 
 

@@ -18,6 +18,13 @@ __all__ = [
     "QUEUED",
     "DUPLICATE",
     "BUFFERED",
+    "ALREADY_ACKED",
+    "LEASE_EXPIRED",
+    "NOT_IN_LEASE",
+    "UNRESOLVABLE",
+    "REWOUND",
+    "UNAVAILABLE",
+    "ACK_ITEM_CODES",
     "PushResult",
     "Message",
     "Lease",
@@ -32,6 +39,25 @@ __all__ = [
 QUEUED = "queued"
 DUPLICATE = "duplicate"
 BUFFERED = "buffered"
+
+# Why an ack item did not succeed (AckItemResult.code; PROTOCOL.md, ack).
+ALREADY_ACKED = "already_acked"
+LEASE_EXPIRED = "lease_expired"
+NOT_IN_LEASE = "not_in_lease"
+UNRESOLVABLE = "unresolvable"
+REWOUND = "rewound"
+UNAVAILABLE = "unavailable"
+
+# Each per-item code with its text for people, as the Go and Node clients
+# word it (clients/testdata/cases.json, ackItemCodes).
+ACK_ITEM_CODES: Dict[str, str] = {
+    ALREADY_ACKED: "already acknowledged",
+    LEASE_EXPIRED: "lease expired",
+    NOT_IN_LEASE: "not in the lease",
+    UNRESOLVABLE: "transaction id not found",
+    REWOUND: "rewound",
+    UNAVAILABLE: "database unavailable",
+}
 
 _UNDECODED: Any = object()
 
@@ -205,6 +231,13 @@ class AckItemResult:
     success: bool
     code: Optional[str] = None
     dead_lettered: bool = False
+
+    def __str__(self) -> str:
+        """``"ack item 0: already acknowledged (already_acked)"``: the outcome, for logs and error messages."""
+        if self.success:
+            return f"ack item {self.index}: " + ("accepted, dead-lettered" if self.dead_lettered else "accepted")
+        code = self.code or "unknown"
+        return f"ack item {self.index}: {ACK_ITEM_CODES.get(code, code)} ({code})"
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "AckItemResult":

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional
 
-__all__ = ["RetryPolicy", "DEFAULT_RETRY", "may_retry", "Backoff", "Attempts"]
+__all__ = ["RetryPolicy", "DEFAULT_RETRY", "may_retry", "Pauses", "Attempts"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def may_retry(op: str, args: Args, code: str) -> bool:
     return False
 
 
-class Backoff:
+class Pauses:
     """The pauses between the attempts of one call, and its deadline."""
 
     def __init__(self, policy: RetryPolicy, timeout: Optional[float], started: float) -> None:
@@ -118,13 +118,13 @@ class Attempts:
         self._args = args
         self._timeout = timeout
         self._started = time.monotonic()
-        self._backoff: Optional[Backoff] = None
+        self._pauses: Optional[Pauses] = None
 
     def timeout(self) -> Optional[float]:
         """The next attempt's timeout: what is left of the call's."""
-        if self._timeout is None or self._backoff is None:
+        if self._timeout is None or self._pauses is None:
             return self._timeout
-        return max(self._backoff.remaining(), 0.001)
+        return max(self._pauses.remaining(), 0.001)
 
     def pause_after(self, code: str, drain_announced: bool) -> Optional[float]:
         """The pause before sending the call again, or None to give the caller the error.
@@ -134,6 +134,6 @@ class Attempts:
         """
         if self._policy is None or drain_announced or not may_retry(self._op, self._args, code):
             return None
-        if self._backoff is None:
-            self._backoff = Backoff(self._policy, self._timeout, self._started)
-        return self._backoff.next_pause()
+        if self._pauses is None:
+            self._pauses = Pauses(self._policy, self._timeout, self._started)
+        return self._pauses.next_pause()

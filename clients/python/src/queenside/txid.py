@@ -4,6 +4,10 @@ A push retried with the same ``transactionId`` is stored once (inside the
 queue's deduplication window), so ids derived from what the message *is*
 (an order number, the id of the message it was made from) make retries and
 redeliveries harmless.
+
+The Go (``queenside.TransactionID``) and Node (``transactionId``) clients
+compute the same ids from the same parts: the shared cases of
+clients/testdata/cases.json pin them.
 """
 
 from __future__ import annotations
@@ -13,34 +17,37 @@ from typing import Union
 
 __all__ = ["transaction_id"]
 
-Part = Union[str, int, bytes]
+Part = Union[str, int, bytes, bytearray]
 
 
 def transaction_id(*parts: Part) -> str:
-    """A stable id for the given parts: 32 hex digits of SHA-256.
+    """A stable id for the given parts: the first 32 hex digits of a SHA-256.
 
-    Each part is taken as bytes (str as UTF-8, int in decimal) and prefixed
-    with its length as 4 big-endian bytes before hashing, so that
-    ``("ab", "c")`` and ``("a", "bc")`` differ. Any client can compute the
-    same ids from this description.
+    Each part is taken as bytes (a str as UTF-8, an int in decimal ASCII,
+    bytes as they are) and prefixed with its length as 4 big-endian bytes
+    before hashing, so that ``("ab", "c")`` and ``("a", "bc")`` differ
+    while ``("1",)`` and ``(1,)`` are the same. Anything else (no part at
+    all, a bool, a float, None, any other type) raises ``TypeError``
+    naming the part's position and type.
     """
     if not parts:
-        raise ValueError("transaction_id needs at least one part")
+        raise TypeError("transaction_id needs at least one part (a str, an int or bytes)")
     digest = hashlib.sha256()
-    for part in parts:
-        data = _as_bytes(part)
+    for position, part in enumerate(parts):
+        data = _as_bytes(position, part)
         digest.update(len(data).to_bytes(4, "big"))
         digest.update(data)
     return digest.hexdigest()[:32]
 
 
-def _as_bytes(part: Part) -> bytes:
-    if isinstance(part, bytes):
-        return part
-    if isinstance(part, bool):  # a bool is an int; "True" would be a Python-only spelling
-        raise TypeError("a transaction id part is a str, an int or bytes, not a bool")
-    if isinstance(part, int):
+def _as_bytes(position: int, part: object) -> bytes:
+    if isinstance(part, (bytes, bytearray)):
+        return bytes(part)
+    # A bool is an int to Python, but no other client could tell what id
+    # True should give.
+    if isinstance(part, int) and not isinstance(part, bool):
         return str(part).encode("ascii")
     if isinstance(part, str):
         return part.encode("utf-8")
-    raise TypeError(f"a transaction id part is a str, an int or bytes, not {type(part).__name__}")
+    kind = "None" if part is None else type(part).__name__
+    raise TypeError(f"transaction_id part {position}: a str, an int or bytes, not {kind}")

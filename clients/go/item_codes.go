@@ -1,0 +1,42 @@
+package queenside
+
+import (
+	"fmt"
+
+	"github.com/queenside/queenside/protocol"
+)
+
+// itemCodeTexts say in words what each per-item code of ack, renew and
+// release means; the Python and Node clients use the same words.
+var itemCodeTexts = map[string]string{
+	protocol.ItemAlreadyAcked:        "already acknowledged",
+	protocol.ItemLeaseExpired:        "lease expired",
+	protocol.ItemNotInLease:          "not in the lease",
+	protocol.ItemUnresolvable:        "transaction id not found",
+	protocol.ItemRewound:             "rewound",
+	string(protocol.CodeUnavailable): "database unavailable",
+}
+
+// ItemCodeText says in words what a per-item code of ack, renew or release
+// (AckItemResult.Code, LeaseResult.Code) means: "already acknowledged" for
+// protocol.ItemAlreadyAcked, "lease expired" for protocol.ItemLeaseExpired...
+// A code it does not know is returned as it is.
+func ItemCodeText(code string) string {
+	if t, ok := itemCodeTexts[code]; ok {
+		return t
+	}
+	return code
+}
+
+// describeAckItem says "ack item 3 (offset 7): lease expired
+// (lease_expired)" of the item at index 3 of an ack call.
+func describeAckItem(index int, it AckItem, code string) string {
+	what := ""
+	switch {
+	case it.Offset != nil:
+		what = fmt.Sprintf(" (offset %d)", *it.Offset)
+	case it.TransactionID != "":
+		what = fmt.Sprintf(" (transaction %q)", it.TransactionID)
+	}
+	return fmt.Sprintf("ack item %d%s: %s (%s)", index, what, ItemCodeText(code), code)
+}
