@@ -23,6 +23,34 @@ const (
 	ItemRewound      = "rewound"
 )
 
+// ItemCode is a per-item code of ack, renew and release, and what it
+// means in words, for error messages and logs.
+type ItemCode struct{ Code, Text string }
+
+// ItemCodes lists every per-item code with its words. The Python and Node
+// clients' tables are generated from it (protocol/internal/clientgen).
+func ItemCodes() []ItemCode {
+	return []ItemCode{
+		{ItemAlreadyAcked, "already acknowledged"},
+		{ItemLeaseExpired, "lease expired"},
+		{ItemNotInLease, "not in the lease"},
+		{ItemUnresolvable, "transaction id not found"},
+		{ItemRewound, "rewound"},
+		{string(CodeUnavailable), "database unavailable"},
+	}
+}
+
+// ItemCodeText says a per-item code in words: "already acknowledged" for
+// ItemAlreadyAcked. A code it does not know is returned as it is.
+func ItemCodeText(code string) string {
+	for _, c := range ItemCodes() {
+		if c.Code == code {
+			return c.Text
+		}
+	}
+	return code
+}
+
 // Limits of ack, renew and release.
 const (
 	MaxAckItems    = 10000

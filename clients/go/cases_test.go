@@ -52,7 +52,6 @@ type sharedCases struct {
 		Item map[string]json.RawMessage `json:"item"`
 		Why  string                     `json:"why"`
 	} `json:"pushAccepted"`
-	AckItemCodes map[string]string `json:"ackItemCodes"`
 }
 
 func loadCases(t *testing.T) sharedCases {
@@ -66,7 +65,7 @@ func loadCases(t *testing.T) sharedCases {
 		t.Fatal(err)
 	}
 	if len(c.TransactionIDs) == 0 || len(c.TransactionIDRefusals) == 0 || len(c.FailureBackoffDelays) == 0 ||
-		len(c.PushRefusals) == 0 || len(c.PushAccepted) == 0 || len(c.AckItemCodes) == 0 || c.ConsumeDefaults.Batch == 0 {
+		len(c.PushRefusals) == 0 || len(c.PushAccepted) == 0 || c.ConsumeDefaults.Batch == 0 {
 		t.Fatalf("cases.json lacks a section this test reads: %+v", c)
 	}
 	return c
@@ -298,10 +297,13 @@ func TestPushAcceptsAnExplicitNullPayload(t *testing.T) {
 }
 
 func TestItemCodeTextSaysEveryCode(t *testing.T) {
-	for code, text := range loadCases(t).AckItemCodes {
-		if got := queenside.ItemCodeText(code); got != text {
-			t.Errorf("ItemCodeText(%q) = %q, want %q", code, got, text)
+	for _, c := range protocol.ItemCodes() {
+		if got := queenside.ItemCodeText(c.Code); got != c.Text || got == "" {
+			t.Errorf("ItemCodeText(%q) = %q, want %q", c.Code, got, c.Text)
 		}
+	}
+	if got := queenside.ItemCodeText(protocol.ItemAlreadyAcked); got != "already acknowledged" {
+		t.Errorf("ItemCodeText(already_acked) = %q", got)
 	}
 	if protocol.ItemAlreadyAcked != "already_acked" {
 		t.Fatalf("protocol.ItemAlreadyAcked is %q", protocol.ItemAlreadyAcked)

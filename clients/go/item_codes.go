@@ -6,27 +6,12 @@ import (
 	"github.com/queenside/queenside/protocol"
 )
 
-// itemCodeTexts say in words what each per-item code of ack, renew and
-// release means; the Python and Node clients use the same words.
-var itemCodeTexts = map[string]string{
-	protocol.ItemAlreadyAcked:        "already acknowledged",
-	protocol.ItemLeaseExpired:        "lease expired",
-	protocol.ItemNotInLease:          "not in the lease",
-	protocol.ItemUnresolvable:        "transaction id not found",
-	protocol.ItemRewound:             "rewound",
-	string(protocol.CodeUnavailable): "database unavailable",
-}
-
-// ItemCodeText says in words what a per-item code of ack, renew or release
-// (AckItemResult.Code, LeaseResult.Code) means: "already acknowledged" for
+// ItemCodeText says what a per-item code of ack, renew or release
+// (AckItemResult.Code, LeaseResult.Code) means, in the words the Python and
+// Node clients use too: "already acknowledged" for
 // protocol.ItemAlreadyAcked, "lease expired" for protocol.ItemLeaseExpired...
 // A code it does not know is returned as it is.
-func ItemCodeText(code string) string {
-	if t, ok := itemCodeTexts[code]; ok {
-		return t
-	}
-	return code
-}
+func ItemCodeText(code string) string { return protocol.ItemCodeText(code) }
 
 // describeAckItem says "ack item 3 (offset 7): lease expired
 // (lease_expired)" of the item at index 3 of an ack call.

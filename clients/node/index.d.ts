@@ -432,9 +432,9 @@ export interface ConsumedMessage extends Message {
 }
 
 export interface ConsumeTotals {
-  /** Messages whose handler returned, as the sidecar recorded them. */
+  /** Messages whose handler returned (each time it did). */
   completed: number;
-  /** Messages whose handler failed, as the sidecar recorded them. */
+  /** Messages whose handler failed (each time it did). */
   failed: number;
 }
 
@@ -444,7 +444,7 @@ export declare class MessageIterator implements AsyncIterableIterator<ConsumedMe
   [Symbol.asyncIterator](): this;
   next(): Promise<IteratorResult<ConsumedMessage, undefined>>;
   return(): Promise<IteratorResult<ConsumedMessage, undefined>>;
-  /** What the sidecar recorded so far. */
+  /** The messages completed and failed so far. */
   readonly totals: ConsumeTotals;
 }
 

@@ -6,11 +6,11 @@
 // call. A batch's leases are renewed until its ack is answered, since an
 // ack is only valid while its lease lives.
 //
-// Nothing is retried and nothing is counted that did not succeed: items
-// the sidecar refused, or the items of a call that failed, are reported as
-// an AckError (to onAckError, or as the error that ends consume()), and
-// their messages will be delivered again. An item answered already_acked
-// succeeded earlier (an ack whose answer was lost): it counts as completed.
+// Nothing is retried: items the sidecar refused, or the items of a call
+// that failed, are reported as an AckError (to onAckError, or as the error
+// that ends consume()), and their messages will be delivered again. An
+// item answered already_acked succeeded earlier (an ack whose answer was
+// lost): it is no error.
 import { ALREADY_ACKED, describeAckItem } from './ack-codes.js';
 
 /** Ack items that did not succeed: the cursor did not move for them. */
@@ -36,7 +36,6 @@ export class AckBatcher {
   #client;
   #onError;
   #fail;
-  #totals;
   #pending = [];
   #done = [];
   #added = 0; // items added so far
@@ -46,13 +45,12 @@ export class AckBatcher {
 
   /**
    * @param {import('./client.js').Client} client
-   * @param {{onAckError?: (err: AckError) => void, fail: (err: AckError) => void, totals: {completed: number}}} how
+   * @param {{onAckError?: (err: AckError) => void, fail: (err: AckError) => void}} how
    */
-  constructor(client, { onAckError, fail, totals }) {
+  constructor(client, { onAckError, fail }) {
     this.#client = client;
     this.#onError = onAckError;
     this.#fail = fail;
-    this.#totals = totals;
   }
 
   /** Queues ack items; done() is called once they were answered. */
@@ -102,8 +100,7 @@ export class AckBatcher {
     const codes = [];
     const indices = [];
     for (const r of results) {
-      if (r.success || r.code === ALREADY_ACKED) this.#totals.completed++;
-      else if (items[r.index]) {
+      if (!r.success && r.code !== ALREADY_ACKED && items[r.index]) {
         refused.push(items[r.index]);
         codes.push(r.code);
         indices.push(r.index);

@@ -21,16 +21,13 @@
 
 export class AckCarrier {
   #client;
-  #totals;
   #held; // the LeasedBatch whose acks the next pop carries
 
   /**
    * @param {import('./client.js').Client} client
-   * @param {{completed: number, failed: number}} totals what the sidecar recorded, added to
    */
-  constructor(client, totals) {
+  constructor(client) {
     this.#client = client;
-    this.#totals = totals;
   }
 
   /**
@@ -53,7 +50,7 @@ export class AckCarrier {
     if (batch === undefined) return this.#client.pop(queue, args);
     const res = await this.#client.ackAndPop(batch.takeAcks(), queue, { ...args, waitMs: 0, signal: undefined });
     this.#held = undefined;
-    this.#add(batch.recorded(res.results));
+    batch.noteRefused(res.results);
     if (res.popError !== undefined) throw res.popError;
     return res.pop;
   }
@@ -63,11 +60,6 @@ export class AckCarrier {
     const batch = this.#held;
     if (batch === undefined) return;
     this.#held = undefined;
-    this.#add(await batch.settle());
-  }
-
-  #add(counts) {
-    this.#totals.completed += counts.completed;
-    this.#totals.failed += counts.failed;
+    await batch.settle();
   }
 }

@@ -1,17 +1,10 @@
 // The codes of a refused ack item (PROTOCOL.md, ack), and what each means in
 // words, for error messages and logs: "ack item 0: already acknowledged
-// (already_acked)". The Go and Python clients use the same texts
-// (clients/testdata/cases.json, ackItemCodes).
+// (already_acked)". The words are generated from protocol/ (codes.js), as
+// the Go and Python clients' are.
+import { ACK_ITEM_CODES } from './codes.js';
 
-/** Each per-item code of ack, renew and release, and its text. */
-export const ACK_ITEM_CODES = Object.freeze({
-  already_acked: 'already acknowledged',
-  lease_expired: 'lease expired',
-  not_in_lease: 'not in the lease',
-  unresolvable: 'transaction id not found',
-  rewound: 'rewound',
-  unavailable: 'database unavailable',
-});
+export { ACK_ITEM_CODES };
 
 /** The code of an item an earlier ack already settled: nothing was lost. */
 export const ALREADY_ACKED = 'already_acked';

@@ -28,3 +28,6 @@ export interface CodeRow {
 }
 
 export declare const CODES: ReadonlyArray<CodeRow>;
+
+/** The per-item codes of ack, renew and release, and what each means in words. */
+export declare const ACK_ITEM_CODES: Readonly<Record<string, string>>;

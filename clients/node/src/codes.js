@@ -20,3 +20,13 @@ export const CODES = Object.freeze([
   Object.freeze({ code: 'internal', retryable: true, className: 'InternalError' }),
   Object.freeze({ code: 'key_missing', retryable: false, className: 'KeyMissingError' }),
 ]);
+
+// The per-item codes of ack, renew and release, and what each means in words.
+export const ACK_ITEM_CODES = Object.freeze({
+  already_acked: 'already acknowledged',
+  lease_expired: 'lease expired',
+  not_in_lease: 'not in the lease',
+  unresolvable: 'transaction id not found',
+  rewound: 'rewound',
+  unavailable: 'database unavailable',
+});

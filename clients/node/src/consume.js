@@ -50,7 +50,7 @@ import { runInConsumerSpan } from './tracing.js';
  * @param {string} queue
  * @param {(message: any, context: {signal: AbortSignal}) => unknown} handler
  * @param {import('../index.js').ConsumeOptions} [options]
- * @returns {Promise<{completed: number, failed: number}>} what the sidecar recorded
+ * @returns {Promise<{completed: number, failed: number}>} the messages whose handler returned, and failed
  */
 export async function consume(client, queue, handler, options) {
   if (typeof handler !== 'function') {
@@ -68,7 +68,7 @@ export async function consume(client, queue, handler, options) {
     firstError ??= err;
     failure.abort(err);
   };
-  const acker = opts.ackAsync ? new AckBatcher(client, { onAckError: opts.onAckError, fail, totals }) : undefined;
+  const acker = opts.ackAsync ? new AckBatcher(client, { onAckError: opts.onAckError, fail }) : undefined;
   const loop = async () => {
     try {
       await consumeLoop(client, queue, handler, opts, stop.signal, totals, acker);
@@ -87,7 +87,7 @@ export async function consume(client, queue, handler, options) {
 }
 
 async function consumeLoop(client, queue, handler, options, stop, totals, acker) {
-  const carrier = acker ? undefined : new AckCarrier(client, totals);
+  const carrier = acker ? undefined : new AckCarrier(client);
   try {
     for (;;) {
       const result = await popUntilMessages(client, queue, options, stop, acker, carrier);
@@ -95,14 +95,13 @@ async function consumeLoop(client, queue, handler, options, stop, totals, acker)
       const batch = new LeasedBatch(client, result, options);
       try {
         await handleBatch(batch, handler, options, stop);
-      } catch (err) {
-        await settle(batch, totals);
-        throw err;
+      } finally {
+        totals.completed += batch.counts.completed;
+        totals.failed += batch.counts.failed;
       }
-      // The acker and the carrier count what the sidecar recorded once it answers.
       if (acker && batch.handOff(acker)) continue;
       if (carrier?.hold(batch)) continue;
-      await settle(batch, totals);
+      await batch.settle();
     }
   } catch (err) {
     // Whatever ended the loop is what consume() rejects with; the acks
@@ -111,12 +110,6 @@ async function consumeLoop(client, queue, handler, options, stop, totals, acker)
     throw err;
   }
   await carrier?.flush(); // stopped: no next pop will carry them
-}
-
-async function settle(batch, totals) {
-  const counts = await batch.settle();
-  totals.completed += counts.completed;
-  totals.failed += counts.failed;
 }
 
 async function handleBatch(batch, handler, options, stop) {

@@ -19,6 +19,8 @@ export class LeasedBatch {
   #failedLeases = new Set(); // leases whose rest will come again (rewound)
   #stopRenewing;
   #logger;
+  /** How many messages were completed and failed: the handler's outcomes. */
+  counts = { completed: 0, failed: 0 };
 
   /**
    * @param {import('./client.js').Client} client
@@ -57,6 +59,7 @@ export class LeasedBatch {
     this.#settled.add(message);
     this.#acks.push(completed(message));
     this.#acked.push(message);
+    this.counts.completed++;
   }
 
   fail(message, reason) {
@@ -65,6 +68,7 @@ export class LeasedBatch {
     this.#acks.push(failed(message, reason));
     this.#acked.push(message);
     this.#failedLeases.add(message.leaseId);
+    this.counts.failed++;
   }
 
   /**
@@ -116,22 +120,16 @@ export class LeasedBatch {
   }
 
   /**
-   * What the sidecar recorded of this batch's acks, from their results.
-   * @param {Array<{index: number, success: boolean}>} results
-   * @returns {{completed: number, failed: number}}
+   * Logs the acks of this batch the sidecar refused, from their results.
+   * already_acked is no refusal: an earlier ack of it was applied (whose
+   * answer was lost, say), and nothing is lost.
+   * @param {Array<{index: number, success: boolean, code?: string}>} results
    */
-  recorded(results) {
-    const counts = { completed: 0, failed: 0 };
+  noteRefused(results) {
     for (const r of results) {
-      const item = this.#acks[r.index];
-      if (item === undefined) continue;
-      // already_acked: an earlier ack of it was applied (whose answer was
-      // lost, say); the completion stands, nothing is lost.
-      const done = r.success || (r.code === ALREADY_ACKED && item.status === 'completed');
-      if (done) counts[item.status === 'completed' ? 'completed' : 'failed']++;
-      else if (r.code !== ALREADY_ACKED) this.#refused(r, this.#acked[r.index]);
+      if (r.success || r.code === ALREADY_ACKED || this.#acks[r.index] === undefined) continue;
+      this.#refused(r, this.#acked[r.index]);
     }
-    return counts;
   }
 
   // lease_expired and the like: the message comes again.
@@ -150,20 +148,17 @@ export class LeasedBatch {
    * failed (a consumer that stops early), so that they go to another
    * consumer at once instead of when the lease expires. No retry budget is
    * charged for those.
-   * @returns {Promise<{completed: number, failed: number}>} what the sidecar recorded
    */
   async settle() {
     this.#stopRenewing();
-    let counts = { completed: 0, failed: 0 };
     if (this.#acks.length > 0) {
       const { results } = await this.#retrying((o) => this.#client.ack(this.#acks, o));
-      counts = this.recorded(results);
+      this.noteRefused(results);
     }
     const unfinished = this.#unfinishedLeases();
     if (unfinished.size > 0) {
       await this.#retrying((o) => this.#client.release([...unfinished], o));
     }
-    return counts;
   }
 
   // The leases still holding messages neither completed nor failed; a

@@ -57,7 +57,7 @@ export class MessageIterator {
     return this;
   }
 
-  /** What the sidecar recorded so far: completions and failures. */
+  /** How many messages were completed and failed so far. */
   get totals() {
     return { ...this.#totals };
   }
@@ -114,9 +114,9 @@ export class MessageIterator {
     const batch = this.#batch;
     this.#batch = null;
     if (!batch) return;
-    const counts = await batch.settle();
-    this.#totals.completed += counts.completed;
-    this.#totals.failed += counts.failed;
+    this.#totals.completed += batch.counts.completed;
+    this.#totals.failed += batch.counts.failed;
+    await batch.settle();
   }
 
   #endSpan() {

@@ -1,6 +1,6 @@
 // Package clientgen writes the tables the Python and Node clients share
-// with the Go code: the error codes (protocol.Codes, Code.Retryable) and
-// the queue options (protocol.QueueOptions and its defaults and ranges).
+// with the Go code: the error codes (protocol.Codes, Code.Retryable), the
+// words of the per-item codes (protocol.ItemCodes) and the queue options (protocol.QueueOptions and its defaults and ranges).
 // Those tables were once copied by hand into each client and drifted; now
 // `go run ./protocol/internal/gen` writes them, and a test in protocol/
 // fails when a file differs from what Files renders.
@@ -30,16 +30,16 @@ type File struct {
 // shared clients README is only partly generated, and its hand-written
 // parts are read from there.
 func Files(root string) ([]File, error) {
-	codes, specs := protocol.Codes(), protocol.OptionSpecs()
+	codes, items, specs := protocol.Codes(), protocol.ItemCodes(), protocol.OptionSpecs()
 	for _, s := range specs {
 		if !s.HasRange() {
 			return nil, fmt.Errorf("queue option %s has no range in protocol/op_queue.go's optionRanges", s.Name)
 		}
 	}
 	files := []File{
-		{"clients/python/src/queenside/_codes.py", pythonCodes(codes)},
+		{"clients/python/src/queenside/_codes.py", pythonCodes(codes, items)},
 		{"clients/python/src/queenside/_queue_options.py", pythonOptions(specs)},
-		{"clients/node/src/codes.js", nodeCodes(codes)},
+		{"clients/node/src/codes.js", nodeCodes(codes, items)},
 		{"clients/node/src/codes.d.ts", nodeCodeTypes(codes)},
 		{"clients/node/src/queue-options.js", nodeOptions(specs)},
 		{"clients/node/src/queue-options.d.ts", nodeOptionTypes(specs)},

@@ -7,8 +7,9 @@ import (
 	"github.com/queenside/queenside/protocol"
 )
 
-// pythonCodes is the code table errors.py makes its classes from.
-func pythonCodes(codes []protocol.Code) []byte {
+// pythonCodes is the code table errors.py makes its classes from, and
+// the words of the per-item codes.
+func pythonCodes(codes []protocol.Code, items []protocol.ItemCode) []byte {
 	var b strings.Builder
 	b.WriteString(header("#", "protocol/codes.go"))
 	b.WriteString(`"""The protocol's error codes, in the contract's order (PROTOCOL.md, section 5).
@@ -17,19 +18,24 @@ Each row is (code, retryable, class name); errors.py binds its classes to
 these rows, and exports one for every row.
 """
 
-from typing import Tuple
+from typing import Dict, Tuple
 
 CODES: Tuple[Tuple[str, bool, str], ...] = (
 `)
 	for _, c := range codes {
 		fmt.Fprintf(&b, "    (%q, %s, %q),\n", c, pythonBool(c.Retryable()), ClassName(c))
 	}
-	b.WriteString(")\n")
+	b.WriteString(")\n\n# The per-item codes of ack, renew and release, and what each means in words.\nACK_ITEM_CODES: Dict[str, str] = {\n")
+	for _, c := range items {
+		fmt.Fprintf(&b, "    %q: %q,\n", c.Code, c.Text)
+	}
+	b.WriteString("}\n")
 	return []byte(b.String())
 }
 
-// nodeCodes is the code table errors.js makes its classes from.
-func nodeCodes(codes []protocol.Code) []byte {
+// nodeCodes is the code table errors.js makes its classes from, and the
+// words of the per-item codes.
+func nodeCodes(codes []protocol.Code, items []protocol.ItemCode) []byte {
 	var b strings.Builder
 	b.WriteString(header("//", "protocol/codes.go"))
 	b.WriteString(`// The protocol's error codes, in the contract's order (PROTOCOL.md,
@@ -40,7 +46,11 @@ export const CODES = Object.freeze([
 	for _, c := range codes {
 		fmt.Fprintf(&b, "  Object.freeze({ code: '%s', retryable: %t, className: '%s' }),\n", c, c.Retryable(), ClassName(c))
 	}
-	b.WriteString("]);\n")
+	b.WriteString("]);\n\n// The per-item codes of ack, renew and release, and what each means in words.\nexport const ACK_ITEM_CODES = Object.freeze({\n")
+	for _, c := range items {
+		fmt.Fprintf(&b, "  %s: '%s',\n", c.Code, c.Text)
+	}
+	b.WriteString("});\n")
 	return []byte(b.String())
 }
 
@@ -65,6 +75,9 @@ export interface CodeRow {
 }
 
 export declare const CODES: ReadonlyArray<CodeRow>;
+
+/** The per-item codes of ack, renew and release, and what each means in words. */
+export declare const ACK_ITEM_CODES: Readonly<Record<string, string>>;
 `)
 	return []byte(b.String())
 }

@@ -5,7 +5,7 @@ Each row is (code, retryable, class name); errors.py binds its classes to
 these rows, and exports one for every row.
 """
 
-from typing import Tuple
+from typing import Dict, Tuple
 
 CODES: Tuple[Tuple[str, bool, str], ...] = (
     ("bad_request", False, "BadRequestError"),
@@ -25,3 +25,13 @@ CODES: Tuple[Tuple[str, bool, str], ...] = (
     ("internal", True, "InternalError"),
     ("key_missing", False, "KeyMissingError"),
 )
+
+# The per-item codes of ack, renew and release, and what each means in words.
+ACK_ITEM_CODES: Dict[str, str] = {
+    "already_acked": "already acknowledged",
+    "lease_expired": "lease expired",
+    "not_in_lease": "not in the lease",
+    "unresolvable": "transaction id not found",
+    "rewound": "rewound",
+    "unavailable": "database unavailable",
+}

@@ -10,6 +10,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from ._codes import ACK_ITEM_CODES  # each per-item code in words, generated from protocol/
 from .codec import decode_payload, opt_datetime, payload_bytes, to_datetime
 from .errors import QueensideError, error_from_wire
 from .items import COMPLETED, FAILED, AckItem
@@ -48,16 +49,6 @@ UNRESOLVABLE = "unresolvable"
 REWOUND = "rewound"
 UNAVAILABLE = "unavailable"
 
-# Each per-item code with its text for people, as the Go and Node clients
-# word it (clients/testdata/cases.json, ackItemCodes).
-ACK_ITEM_CODES: Dict[str, str] = {
-    ALREADY_ACKED: "already acknowledged",
-    LEASE_EXPIRED: "lease expired",
-    NOT_IN_LEASE: "not in the lease",
-    UNRESOLVABLE: "transaction id not found",
-    REWOUND: "rewound",
-    UNAVAILABLE: "database unavailable",
-}
 
 _UNDECODED: Any = object()
 
