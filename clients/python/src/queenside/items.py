@@ -86,11 +86,12 @@ _KNOWN_KEYS = "queue, payload, partition, transactionId (or transaction_id), tra
 def push_items(items: Union[PushLike, Iterable[PushLike]]) -> List[PushItem]:
     """The items of a push: one item (a ``PushItem`` or a dict) or an iterable of them.
 
-    Every item is checked here, before anything is sent: a dict with a key
-    push does not know (``InvalidArgumentError`` naming every one, and the
-    known ones), an item without a queue or without a payload
-    (``InvalidArgumentError``, "push item N: payload is required"); an item
-    of another type is a ``TypeError``.
+    Every item is checked here, before anything is sent: an item without a
+    queue or without a payload is refused as the sidecar would refuse it
+    (``InvalidArgumentError``, "push item N: payload is required"); a dict
+    with a key push does not know, or a field under both its names, and an
+    item of another type are mistakes in the call (``TypeError``, naming
+    every unknown key and listing the known ones, as for an unknown keyword).
     """
     if isinstance(items, (PushItem, Mapping)):
         items = [items]
@@ -114,12 +115,12 @@ def _from_dict(index: int, d: Mapping[str, Any]) -> PushItem:
     unknown = [key for key in d if key not in _DICT_KEYS]
     if unknown:
         names = ", ".join(repr(key) for key in unknown)
-        raise InvalidArgumentError(f"push item {index}: unknown key{'s' if len(unknown) > 1 else ''} {names} (known: {_KNOWN_KEYS})")
+        raise TypeError(f"push item {index}: unknown key{'s' if len(unknown) > 1 else ''} {names} (known: {_KNOWN_KEYS})")
     fields: Dict[str, Any] = {}
     for key, value in d.items():
         name = _DICT_KEYS[key]
         if name in fields:
-            raise InvalidArgumentError(f"push item {index}: {name} is given twice (as {key!r} and under its other name)")
+            raise TypeError(f"push item {index}: {name} is given twice (as {key!r} and under its other name)")
         fields[name] = value
     return PushItem(**fields)
 
