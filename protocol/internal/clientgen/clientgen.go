@@ -44,7 +44,7 @@ func Files(root string) ([]File, error) {
 		{"clients/node/src/queue-options.js", nodeOptions(specs)},
 		{"clients/node/src/queue-options.d.ts", nodeOptionTypes(specs)},
 	}
-	readme, err := clientsReadme(root, codes, specs)
+	readme, err := clientsReadme(root, codes, items, specs)
 	if err != nil {
 		return nil, err
 	}

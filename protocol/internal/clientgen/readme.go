@@ -14,7 +14,7 @@ const readmePath = "clients/README.md"
 // clientsReadme rewrites the generated regions of the clients' shared
 // README (the codes and the options, with each client's names); the rest
 // of the file is prose, kept as it is.
-func clientsReadme(root string, codes []protocol.Code, specs []protocol.OptionSpec) (File, error) {
+func clientsReadme(root string, codes []protocol.Code, items []protocol.ItemCode, specs []protocol.OptionSpec) (File, error) {
 	old, err := os.ReadFile(filepath.Join(root, readmePath))
 	if err != nil {
 		return File{}, err
@@ -22,6 +22,7 @@ func clientsReadme(root string, codes []protocol.Code, specs []protocol.OptionSp
 	text := string(old)
 	for _, r := range []struct{ name, body string }{
 		{"codes", codesTable(codes)},
+		{"ack item codes", itemCodesTable(items)},
 		{"queue options", optionsTable(specs)},
 	} {
 		if text, err = replaceRegion(text, r.name, r.body); err != nil {
@@ -52,6 +53,15 @@ func codesTable(codes []protocol.Code) string {
 			retryable = "yes"
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | `%s` | `%s` |\n", c, retryable, GoConstant(c), ClassName(c))
+	}
+	return b.String()
+}
+
+func itemCodesTable(items []protocol.ItemCode) string {
+	var b strings.Builder
+	b.WriteString("| code | in words |\n|---|---|\n")
+	for _, c := range items {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", c.Code, c.Text)
 	}
 	return b.String()
 }
