@@ -467,7 +467,7 @@ END;
 $function$
 ;
 
-CREATE OR REPLACE FUNCTION queenside.ack_message(p_lease_id text, p_offset bigint, p_status text DEFAULT 'completed'::text, p_error text DEFAULT NULL::text, OUT success boolean, OUT code text, OUT dead_lettered boolean)
+CREATE OR REPLACE FUNCTION queenside.ack_message(p_lease_id text, p_offset bigint, p_status text DEFAULT 'completed'::text, p_error text DEFAULT NULL::text, p_transaction_id text DEFAULT NULL::text, OUT success boolean, OUT code text, OUT dead_lettered boolean)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
@@ -478,8 +478,8 @@ BEGIN
     IF p_status IS NULL OR p_status NOT IN ('completed', 'failed') THEN
         PERFORM queenside.refuse('invalid_argument', format('status %L must be completed or failed', p_status));
     END IF;
-    IF p_offset IS NULL THEN
-        PERFORM queenside.refuse('invalid_argument', 'offset is required');
+    IF (p_offset IS NULL) = (p_transaction_id IS NULL) THEN
+        PERFORM queenside.refuse('invalid_argument', 'give the offset or the transaction id, not both');
     END IF;
     IF octet_length(p_error) > 4096 THEN
         PERFORM queenside.refuse('invalid_argument', 'error must be at most 4096 bytes');
@@ -494,7 +494,8 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO r FROM queenside.ack(v_parts[1]::bigint, v_parts[2]::bigint, v_parts[3]::uuid, ARRAY[p_offset],
-                                       NULL::uuid[], ARRAY[p_status = 'failed'], ARRAY[p_error], true);
+                                       CASE WHEN p_offset IS NULL THEN ARRAY[queenside.transaction_hash(p_transaction_id)] END,
+                                       ARRAY[p_status = 'failed'], ARRAY[p_error], true);
     success := r.success;
     code := r.code;
     dead_lettered := r.dead_lettered;

@@ -346,6 +346,7 @@ func TestSQLSendRefusals(t *testing.T) {
 	refused(`SELECT queenside.send('q', '\xc0', 'p', '')`, "invalid_argument", "22023")
 	refused(`SELECT queenside.send('q', '\xc0', 'p', NULL, '{"a": 1}')`, "invalid_argument", "22023")
 	refused(`SELECT queenside.ack_message('1.2.00000000000000000000000000000000', 0, 'done')`, "invalid_argument", "22023")
+	refused(`SELECT queenside.ack_message('1.2.00000000000000000000000000000000', 0, p_transaction_id => 'x')`, "invalid_argument", "22023")
 
 	if _, err := ts.pool.Exec(ctx, `UPDATE queenside.maintenance SET push = true, push_since = now()`); err != nil {
 		t.Fatal(err)
@@ -442,5 +443,12 @@ func TestSQLAckMessageCommitsWithTheCallersTransaction(t *testing.T) {
 	}
 	if ok, code := handle(5, "completed", false); ok || code != protocol.ItemLeaseExpired {
 		t.Fatalf("an offset past the cursor on a lease that ended: %v %q", ok, code)
+	}
+	// By transaction id, on the live lease.
+	var ok bool
+	err := ts.pool.QueryRow(ctx, `SELECT success FROM queenside.ack_message($1, NULL, p_transaction_id => 'tx-x-1')`,
+		again.Leases[0].LeaseID).Scan(&ok)
+	if cur, _ := cursorOf(t, c, "q", "p", "g"); err != nil || !ok || cur != 2 {
+		t.Fatalf("ack by transaction id: %v %v, cursor %d", ok, err, cur)
 	}
 }

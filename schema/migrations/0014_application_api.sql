@@ -8,7 +8,7 @@
 --
 --   queenside.send(queue, payload bytea, partition, transaction_id, headers)
 --   queenside.send_json(queue, payload jsonb, partition, transaction_id, headers)
---   queenside.ack_message(lease_id, offset, status, error)
+--   queenside.ack_message(lease_id, offset, status, error, transaction_id)
 --
 -- A message sent commits or rolls back with the caller's transaction (the
 -- outbox); an ack does too, with the effects the consumer wrote (the
@@ -202,11 +202,12 @@ AS $$
 $$;
 
 -- ack_message acks one message of a lease in the caller's transaction,
--- with ack's semantics (PROTOCOL.md, ack): completed moves the cursor,
--- failed rewinds it and charges the retry budget, and a rollback leaves
--- the lease as it was. It answers as an ack item's result.
+-- named by its offset or, with a NULL offset, by its transaction id, with
+-- ack's semantics (PROTOCOL.md, ack): completed moves the cursor, failed
+-- rewinds it and charges the retry budget, and a rollback leaves the lease
+-- as it was. It answers as an ack item's result.
 CREATE FUNCTION queenside.ack_message(p_lease_id text, p_offset bigint, p_status text DEFAULT 'completed',
-                                      p_error text DEFAULT NULL,
+                                      p_error text DEFAULT NULL, p_transaction_id text DEFAULT NULL,
                                       OUT success boolean, OUT code text, OUT dead_lettered boolean)
 RETURNS record
 LANGUAGE plpgsql
@@ -218,8 +219,8 @@ BEGIN
     IF p_status IS NULL OR p_status NOT IN ('completed', 'failed') THEN
         PERFORM queenside.refuse('invalid_argument', format('status %L must be completed or failed', p_status));
     END IF;
-    IF p_offset IS NULL THEN
-        PERFORM queenside.refuse('invalid_argument', 'offset is required');
+    IF (p_offset IS NULL) = (p_transaction_id IS NULL) THEN
+        PERFORM queenside.refuse('invalid_argument', 'give the offset or the transaction id, not both');
     END IF;
     IF octet_length(p_error) > 4096 THEN
         PERFORM queenside.refuse('invalid_argument', 'error must be at most 4096 bytes');
@@ -234,7 +235,8 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO r FROM queenside.ack(v_parts[1]::bigint, v_parts[2]::bigint, v_parts[3]::uuid, ARRAY[p_offset],
-                                       NULL::uuid[], ARRAY[p_status = 'failed'], ARRAY[p_error], true);
+                                       CASE WHEN p_offset IS NULL THEN ARRAY[queenside.transaction_hash(p_transaction_id)] END,
+                                       ARRAY[p_status = 'failed'], ARRAY[p_error], true);
     success := r.success;
     code := r.code;
     dead_lettered := r.dead_lettered;
