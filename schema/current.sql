@@ -1958,7 +1958,7 @@ END;
 $function$
 ;
 
-CREATE OR REPLACE FUNCTION queenside.send(p_queue text, p_payload bytea, p_partition text DEFAULT 'Default'::text, p_transaction_id text DEFAULT NULL::text, p_headers jsonb DEFAULT NULL::jsonb, OUT status text, OUT "offset" bigint, OUT message_id uuid, OUT transaction_id text)
+CREATE OR REPLACE FUNCTION queenside.send(p_queue text, p_payload bytea, p_partition text DEFAULT 'Default'::text, p_transaction_id text DEFAULT NULL::text, p_headers jsonb DEFAULT NULL::jsonb, p_trace_id text DEFAULT NULL::text, OUT status text, OUT "offset" bigint, OUT message_id uuid, OUT transaction_id text)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
@@ -1983,6 +1983,9 @@ BEGIN
     END IF;
     IF octet_length(p_transaction_id) NOT BETWEEN 1 AND 256 THEN
         PERFORM queenside.refuse('invalid_argument', 'transaction_id must be 1..256 bytes');
+    END IF;
+    IF octet_length(p_trace_id) NOT BETWEEN 1 AND 256 THEN
+        PERFORM queenside.refuse('invalid_argument', 'trace_id must be 1..256 bytes');
     END IF;
     IF p_headers IS NOT NULL THEN
         IF jsonb_typeof(p_headers) <> 'object' OR
@@ -2018,7 +2021,8 @@ BEGIN
 
     SELECT * INTO r FROM queenside.push(NULL::bigint, ARRAY[v_partition], ARRAY[1], ARRAY[1], ARRAY[1],
                                         ARRAY[queenside.transaction_hash(transaction_id)], NULL::integer[],
-                                        ARRAY[message_id], ARRAY[transaction_id], ARRAY[p_payload], NULL::text[],
+                                        ARRAY[message_id], ARRAY[transaction_id], ARRAY[p_payload],
+                                        CASE WHEN p_trace_id IS NOT NULL THEN ARRAY[p_trace_id] END,
                                         CASE WHEN v_headers IS NOT NULL THEN ARRAY[v_headers] END);
     IF r.dup_positions IS NOT NULL AND 1 = ANY (r.dup_positions) THEN
         status := 'duplicate';
@@ -2032,11 +2036,12 @@ END;
 $function$
 ;
 
-CREATE OR REPLACE FUNCTION queenside.send_json(p_queue text, p_payload jsonb, p_partition text DEFAULT 'Default'::text, p_transaction_id text DEFAULT NULL::text, p_headers jsonb DEFAULT NULL::jsonb, OUT status text, OUT "offset" bigint, OUT message_id uuid, OUT transaction_id text)
+CREATE OR REPLACE FUNCTION queenside.send_json(p_queue text, p_payload jsonb, p_partition text DEFAULT 'Default'::text, p_transaction_id text DEFAULT NULL::text, p_headers jsonb DEFAULT NULL::jsonb, p_trace_id text DEFAULT NULL::text, OUT status text, OUT "offset" bigint, OUT message_id uuid, OUT transaction_id text)
  RETURNS record
  LANGUAGE sql
 AS $function$
-    SELECT * FROM queenside.send(p_queue, queenside.msgpack(p_payload), p_partition, p_transaction_id, p_headers)
+    SELECT * FROM queenside.send(p_queue, queenside.msgpack(p_payload), p_partition, p_transaction_id, p_headers,
+                                 p_trace_id)
 $function$
 ;
 

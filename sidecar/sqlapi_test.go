@@ -243,8 +243,8 @@ func TestSQLSendJSONStoresMsgpack(t *testing.T) {
 	}
 
 	var s sent
-	err := ts.pool.QueryRow(ctx, `SELECT status, "offset" FROM queenside.send_json('q', '{"sku": "A1", "qty": 2}', 'p')`).
-		Scan(&s.status, &s.offset)
+	err := ts.pool.QueryRow(ctx, `SELECT status, "offset" FROM queenside.send_json('q', '{"sku": "A1", "qty": 2}', 'p',
+		p_headers => '{"origin": "billing"}', p_trace_id => 'trace-1')`).Scan(&s.status, &s.offset)
 	if err != nil || s.status != "queued" {
 		t.Fatalf("send_json: %+v %v", s, err)
 	}
@@ -255,6 +255,9 @@ func TestSQLSendJSONStoresMsgpack(t *testing.T) {
 	}
 	if err := res.Messages[0].Decode(&order); err != nil || order.SKU != "A1" || order.Qty != 2 {
 		t.Fatalf("decoded %+v, %v", order, err)
+	}
+	if m := res.Messages[0]; m.TraceID != "trace-1" || m.Headers["origin"] != "billing" || len(m.Headers) != 1 {
+		t.Fatalf("trace id %q, headers %v", m.TraceID, m.Headers)
 	}
 }
 

@@ -6,8 +6,8 @@
 -- part (the dual-write problem). These functions are the SQL API an
 -- application calls on its own connection, in its own transaction:
 --
---   queenside.send(queue, payload bytea, partition, transaction_id, headers)
---   queenside.send_json(queue, payload jsonb, partition, transaction_id, headers)
+--   queenside.send(queue, payload bytea, partition, transaction_id, headers, trace_id)
+--   queenside.send_json(queue, payload jsonb, partition, transaction_id, headers, trace_id)
 --   queenside.ack_message(lease_id, offset, status, error, transaction_id)
 --
 -- A message sent commits or rolls back with the caller's transaction (the
@@ -117,6 +117,7 @@ $$;
 -- as a push through a sidecar creates them.
 CREATE FUNCTION queenside.send(p_queue text, p_payload bytea, p_partition text DEFAULT 'Default',
                                p_transaction_id text DEFAULT NULL, p_headers jsonb DEFAULT NULL,
+                               p_trace_id text DEFAULT NULL,
                                OUT status text, OUT "offset" bigint, OUT message_id uuid, OUT transaction_id text)
 RETURNS record
 LANGUAGE plpgsql
@@ -142,6 +143,9 @@ BEGIN
     END IF;
     IF octet_length(p_transaction_id) NOT BETWEEN 1 AND 256 THEN
         PERFORM queenside.refuse('invalid_argument', 'transaction_id must be 1..256 bytes');
+    END IF;
+    IF octet_length(p_trace_id) NOT BETWEEN 1 AND 256 THEN
+        PERFORM queenside.refuse('invalid_argument', 'trace_id must be 1..256 bytes');
     END IF;
     IF p_headers IS NOT NULL THEN
         IF jsonb_typeof(p_headers) <> 'object' OR
@@ -177,7 +181,8 @@ BEGIN
 
     SELECT * INTO r FROM queenside.push(NULL::bigint, ARRAY[v_partition], ARRAY[1], ARRAY[1], ARRAY[1],
                                         ARRAY[queenside.transaction_hash(transaction_id)], NULL::integer[],
-                                        ARRAY[message_id], ARRAY[transaction_id], ARRAY[p_payload], NULL::text[],
+                                        ARRAY[message_id], ARRAY[transaction_id], ARRAY[p_payload],
+                                        CASE WHEN p_trace_id IS NOT NULL THEN ARRAY[p_trace_id] END,
                                         CASE WHEN v_headers IS NOT NULL THEN ARRAY[v_headers] END);
     IF r.dup_positions IS NOT NULL AND 1 = ANY (r.dup_positions) THEN
         status := 'duplicate';
@@ -194,11 +199,13 @@ $$;
 -- would push the same value.
 CREATE FUNCTION queenside.send_json(p_queue text, p_payload jsonb, p_partition text DEFAULT 'Default',
                                     p_transaction_id text DEFAULT NULL, p_headers jsonb DEFAULT NULL,
+                                    p_trace_id text DEFAULT NULL,
                                     OUT status text, OUT "offset" bigint, OUT message_id uuid, OUT transaction_id text)
 RETURNS record
 LANGUAGE sql
 AS $$
-    SELECT * FROM queenside.send(p_queue, queenside.msgpack(p_payload), p_partition, p_transaction_id, p_headers)
+    SELECT * FROM queenside.send(p_queue, queenside.msgpack(p_payload), p_partition, p_transaction_id, p_headers,
+                                 p_trace_id)
 $$;
 
 -- ack_message acks one message of a lease in the caller's transaction,
