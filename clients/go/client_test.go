@@ -38,8 +38,14 @@ func startSidecar(t *testing.T) string {
 // startSidecarWith is startSidecar with the server's options.
 func startSidecarWith(t *testing.T, opts sidecar.Options) string {
 	t.Helper()
+	return serveOn(t, pgtest.NewDatabase(t), opts)
+}
+
+// serveOn serves a real sidecar on the database at dbURL.
+func serveOn(t *testing.T, dbURL string, opts sidecar.Options) string {
+	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), nil)
+	st, err := store.Open(ctx, dbURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
