@@ -16,6 +16,7 @@ import (
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // The SQL API (schema migration 14): queenside.send, send_json and
@@ -453,5 +454,69 @@ func TestSQLAckMessageCommitsWithTheCallersTransaction(t *testing.T) {
 		again.Leases[0].LeaseID).Scan(&ok)
 	if cur, _ := cursorOf(t, c, "q", "p", "g"); err != nil || !ok || cur != 2 {
 		t.Fatalf("ack by transaction id: %v %v, cursor %d", ok, err, cur)
+	}
+}
+
+// On Citus, one application transaction that sends to partitions on two
+// workers commits on both or on neither (Citus's two-phase commit).
+func TestSQLSendOnTwoWorkersInOneTransaction(t *testing.T) {
+	pgtest.SkipUnlessCitus(t)
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	ctx := testContext(t)
+	// Partitions until two lie on different workers.
+	nodeOf := map[string]string{}
+	var a, b string
+	for p := 0; b == "" && p < 32; p++ {
+		name := fmt.Sprint("p", p)
+		sqlSend(t, ts.pool, "spread", msgpackOf(t, "first"), name, "")
+		var node string
+		err := ts.pool.QueryRow(ctx, `SELECT pl.nodename || ':' || pl.nodeport FROM queenside.partition_names n
+			JOIN queenside.queues q ON q.id = n.queue_id
+			JOIN pg_dist_shard_placement pl ON pl.shardid = get_shard_id_for_distribution_column('queenside.partitions', n.id)
+			WHERE q.name = 'spread' AND n.name = $1`, name).Scan(&node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeOf[name] = node
+		if a == "" {
+			a = name
+		} else if node != nodeOf[a] {
+			b = name
+		}
+	}
+	if b == "" {
+		t.Fatalf("every partition on one worker: %v", nodeOf)
+	}
+	both := func(commit bool) {
+		t.Helper()
+		tx, err := ts.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // committed when asked
+		if sa, sb := sqlSend(t, tx, "spread", msgpackOf(t, "second"), a, ""), sqlSend(t, tx, "spread", msgpackOf(t, "second"), b, ""); sa.offset != 1 || sb.offset != 1 {
+			t.Fatalf("sends: %+v %+v", sa, sb)
+		}
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	both(false)
+	for _, p := range []string{a, b} {
+		if res := mustPop(t, c, protocol.PopArgs{Queue: "spread", Group: "g", Partition: p, Batch: 10}); len(res.Messages) != 1 {
+			t.Fatalf("partition %s after the rollback: %d messages, want the first alone", p, len(res.Messages))
+		} else {
+			mustAck(t, c, queenside.Completed(res.Messages[0]))
+		}
+	}
+	both(true)
+	for _, p := range []string{a, b} {
+		res := mustPop(t, c, protocol.PopArgs{Queue: "spread", Group: "g", Partition: p, Batch: 10})
+		if len(res.Messages) != 1 || res.Messages[0].Offset != 1 {
+			t.Fatalf("partition %s (%s) after the commit: %+v", p, nodeOf[p], res.Messages)
+		}
 	}
 }
