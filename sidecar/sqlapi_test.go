@@ -520,3 +520,63 @@ func TestSQLSendOnTwoWorkersInOneTransaction(t *testing.T) {
 		}
 	}
 }
+
+// A sidecar's push that waits behind an application's open transaction
+// for longer than --database-timeout is buffered, as in an outage, and
+// stored once the transaction ends: after the application's message, in
+// the order the sidecar received its pushes, each once.
+func TestASidecarPushHeldByAnApplicationTransactionIsBufferedInOrder(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	sc := launchSidecar(t, dbURL, t.TempDir(), "--database-timeout", stallTimeout.String())
+	sc.waitReplayed(t)
+	c := dialClient(t, sc.socket)
+	ctx := testContext(t)
+	mustPush(t, c, item(t, "q", "p", "m0", "m0"))
+	app, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close(context.Background())
+	tx, err := app.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	sqlSend(t, tx, "q", msgpackOf(t, "app"), "p", "app")
+	for _, m := range []string{"m1", "m2"} {
+		began := time.Now()
+		res := mustPush(t, c, item(t, "q", "p", m, m))
+		if res[0].Status != protocol.StatusBuffered {
+			t.Fatalf("push %s behind the open transaction: %+v, want buffered", m, res[0])
+		}
+		if took := time.Since(began); took > stallTimeout+2*time.Second {
+			t.Fatalf("push %s answered after %v; the bound is %v", m, took, stallTimeout)
+		}
+	}
+	time.Sleep(stallTimeout)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	waitFor(t, 30*time.Second, "the buffered pushes to be stored", func() bool {
+		res := mustPop(t, c, protocol.PopArgs{Queue: "q", Group: "g", Batch: 10})
+		for _, m := range res.Messages {
+			if m.Offset != int64(len(got)) {
+				t.Fatalf("offset %d after %v", m.Offset, got)
+			}
+			got = append(got, m.TransactionID)
+		}
+		var acks []protocol.AckItem
+		for _, m := range res.Messages {
+			acks = append(acks, queenside.Completed(m))
+		}
+		if len(acks) > 0 {
+			mustAck(t, c, acks...)
+		}
+		return len(got) >= 4
+	})
+	time.Sleep(2 * stallTimeout) // a replay stored twice would show now
+	if extra := mustPop(t, c, protocol.PopArgs{Queue: "q", Group: "g", Batch: 10}); fmt.Sprint(got) != "[m0 app m1 m2]" || len(extra.Messages) != 0 {
+		t.Fatalf("stored %v, then %d more; want [m0 app m1 m2], each once", got, len(extra.Messages))
+	}
+}
