@@ -19,6 +19,7 @@ import (
 const (
 	ScenarioPush       = "push"
 	ScenarioInsert     = "insert"
+	ScenarioSQLSend    = "sqlsend"
 	ScenarioPopAck     = "popack"
 	ScenarioAutoAck    = "autoack"
 	ScenarioMixed      = "mixed"
@@ -44,7 +45,7 @@ func Scenarios() []string {
 
 // allScenarios is every scenario, in the order Run runs them.
 func allScenarios() []string {
-	return []string{ScenarioPush, ScenarioInsert, ScenarioPopAck, ScenarioAutoAck, ScenarioConsume, ScenarioAckAsync, ScenarioMixed,
+	return []string{ScenarioPush, ScenarioInsert, ScenarioSQLSend, ScenarioPopAck, ScenarioAutoAck, ScenarioConsume, ScenarioAckAsync, ScenarioMixed,
 		ScenarioCurve, ScenarioIdle, ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioFloor, ScenarioSoak,
 		ScenarioSpool, ScenarioReplay}
 }

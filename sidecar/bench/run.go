@@ -40,6 +40,7 @@ func (b *bench) queue(scenario string) string { return "bench-" + b.runID + "-" 
 var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioPush:       (*bench).scenarioPush,
 	ScenarioInsert:     (*bench).scenarioInsert,
+	ScenarioSQLSend:    (*bench).scenarioSQLSend,
 	ScenarioPopAck:     (*bench).scenarioPopAck,
 	ScenarioAutoAck:    (*bench).scenarioAutoAck,
 	ScenarioMixed:      (*bench).scenarioMixed,
