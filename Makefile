@@ -55,6 +55,7 @@ deps: ## install what the tests need and this machine lacks (as root, with apt),
 	@missing=""; \
 	{ command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	$(PYTHON) -c 'import msgpack, pytest' >/dev/null 2>&1 || missing="$$missing python3-msgpack python3-pytest"; \
+	$(PYTHON) -c 'import psycopg' >/dev/null 2>&1 || missing="$$missing python3-psycopg"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	{ command -v pgbouncer || test -x /usr/sbin/pgbouncer; } >/dev/null 2>&1 || missing="$$missing pgbouncer"; \
 	command -v pg_autoctl >/dev/null 2>&1 || missing="$$missing postgresql-15-auto-failover"; \
@@ -87,7 +88,7 @@ test-citus: ## run the store, janitor and sidecar suites on a local Citus cluste
 	else echo "QUEENSIDE_TEST_CITUS=1 $(GO) test -count=1 -timeout 30m $(CITUS_PACKAGES)"; \
 		QUEENSIDE_TEST_CITUS=1 $(GO) test -count=1 -timeout 30m $(CITUS_PACKAGES); fi
 
-test-python: build ## run the Python client's tests and examples against a real sidecar (needs python3-msgpack, python3-pytest)
+test-python: build ## run the Python client's tests and examples against a real sidecar (needs python3-msgpack, python3-pytest, python3-psycopg)
 	QUEENSIDE_TEST_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q clients/python
 
 test-node: ## run the Node client's tests and examples against a real sidecar (installs its one dependency first)

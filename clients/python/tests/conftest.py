@@ -47,3 +47,9 @@ def queue(request: pytest.FixtureRequest) -> str:
 def unique_name(hint: str) -> str:
     base = re.sub(r"[^A-Za-z0-9._:-]", "-", hint)[:80]
     return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def database_url(sidecar: Sidecar) -> str:
+    """The sidecar's database, where an application calls the SQL API in its own transactions."""
+    return sidecar.database_url()

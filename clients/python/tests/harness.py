@@ -8,6 +8,7 @@ developer's ``make run`` in the same tree is never touched.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -138,6 +139,20 @@ class Sidecar:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(10)
+
+    def database_url(self) -> str:
+        """The URL of the sidecar's database, as its start-up banner prints it
+        (``database: postgres://...``): an application connects there to call
+        the SQL API in its own transactions."""
+        deadline = time.monotonic() + 10
+        while True:
+            text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+            found = re.findall(r"^\s*database:\s+(postgres\S+)", text, re.M)
+            if found:
+                return str(found[-1])
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the sidecar printed no database URL; log:\n{self.log()}")
+            time.sleep(0.05)
 
     def log(self) -> str:
         try:

@@ -59,6 +59,7 @@ from .results import (
 from .retry import DEFAULT_RETRY, RetryPolicy
 from .socket_path import DEFAULT_SOCKET, DEV_SOCKET, default_socket_path
 from .txid import transaction_id
+from .tx import ack_tx, ack_tx_async, push_tx, push_tx_async
 from .version import __version__
 
 __all__ = [
@@ -105,6 +106,10 @@ __all__ = [
     "DatabaseHealth",
     "SpoolHealth",
     "transaction_id",
+    "push_tx",
+    "ack_tx",
+    "push_tx_async",
+    "ack_tx_async",
     "default_socket_path",
     "DEFAULT_SOCKET",
     "DEV_SOCKET",
