@@ -171,7 +171,9 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 // working (old function signatures stay until the release after), and
 // records the oldest schema whose sidecars may still run on it: the one
 // before it. A sidecar whose newest migration is older than that refuses to
-// start, rather than call functions that may be gone.
+// start, rather than call functions that may be gone. The SQL API that
+// applications call (queenside.send, send_json, ack_message, msgpack) is
+// kept for good, not for one release: appapi_test.go holds its contract.
 
 // LockTimeout bounds the wait of a migration for each lock it takes.
 const LockTimeout = 500 * time.Millisecond
