@@ -72,8 +72,9 @@ deps: ## install what the tests need and this machine lacks (as root, with apt),
 			exit 1; \
 		fi; \
 	fi
-	@test -d clients/node/node_modules || npm ci --prefix clients/node --no-audit --no-fund
-	@test -d sidecar/dashboard/browser/node_modules || npm ci --prefix sidecar/dashboard/browser --no-audit --no-fund
+	@# Installed again when the lock file changed since (npm writes its copy on each install).
+	@test clients/node/node_modules/.package-lock.json -nt clients/node/package-lock.json || npm ci --prefix clients/node --no-audit --no-fund
+	@test sidecar/dashboard/browser/node_modules/.package-lock.json -nt sidecar/dashboard/browser/package-lock.json || npm ci --prefix sidecar/dashboard/browser --no-audit --no-fund
 
 test-go: ## run the Go tests with the race detector
 	$(GO) test -race -count=1 -timeout 15m ./...

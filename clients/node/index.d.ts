@@ -570,6 +570,45 @@ export declare function completed(message: { leaseId?: string; offset: Integer }
 /** An ack item failing a popped message (charged to its retry budget). */
 export declare function failed(message: { leaseId?: string; offset: Integer }, reason?: unknown): AckItem;
 
+// ---------------------------------------------------------------- inside your own transaction
+
+/**
+ * What pushTx and ackTx run their statements on: anything with
+ * node-postgres's `query(text, values)` resolving with `{rows}`, such as a
+ * `pg.Client` or a `PoolClient` inside BEGIN. `pg` is the app's own
+ * dependency, not this package's.
+ */
+export interface PgQueryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+}
+
+/** A push result of pushTx: queued, or duplicate with the original's offset and message id. */
+export interface PushTxResult extends PushResult {
+  status: 'queued' | 'duplicate';
+  messageId: string;
+  offset: Integer;
+}
+
+/**
+ * Pushes items (as push takes them) in the transaction pgClient is in, one
+ * `queenside.send` statement per item: the messages commit or roll back
+ * with the app's own writes (the outbox). Never begins or commits. Payloads
+ * are encoded as push encodes them; headers go as a JSON object. Rejects
+ * with InvalidArgumentError, UnavailableError or UnsupportedError (the
+ * PostgreSQL error as `cause`) when queenside refuses an item; other
+ * database errors propagate as they are.
+ */
+export declare function pushTx(pgClient: PgQueryable, items: PushItem | PushItem[]): Promise<PushTxResult[]>;
+
+/**
+ * Acks items (as ack takes them: popped messages are acked completed) in
+ * the transaction pgClient is in, one `queenside.ack_message` statement per
+ * item: the acks commit or roll back with the consumer's own writes (the
+ * inbox). Never begins or commits. An item that does not succeed is not
+ * thrown: its result's code says why (roll back then); `leases` is empty.
+ */
+export declare function ackTx(pgClient: PgQueryable, items: AckLike | AckLike[]): Promise<AckResult>;
+
 /**
  * A transaction id from the parts that identify an item: each part as bytes
  * (a string as UTF-8, an integer in decimal, bytes as they are), prefixed

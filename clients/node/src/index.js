@@ -3,6 +3,7 @@ export { Client, connect, CLIENT_NAME, DEFAULT_QUEUE_OPTIONS, PROTOCOL_VERSION }
 export { MessageIterator } from './message-iterator.js';
 export { AckError } from './ack-batcher.js';
 export { completed, failed } from './items.js';
+export { ackTx, pushTx } from './tx.js';
 export { DEFAULT_RETRY } from './retry.js';
 export { QUEUE_OPTIONS } from './queue-options.js';
 export { CODES } from './codes.js';

@@ -14,7 +14,7 @@ import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } f
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { connect } from '../src/index.js';
+import { connect, pushTx } from '../src/index.js';
 import { otelApi } from '../src/tracing.js';
 import { testSidecars, uniqueQueue } from './harness.js';
 
@@ -125,6 +125,14 @@ describe('with the OpenTelemetry SDK', () => {
       [3, { tenant: 't2', traceparent: expected }],
       [4, { traceparent: expected }],
     ]);
+  });
+
+  test('pushTx carries it too, in the headers it sends as JSON', async () => {
+    const sent = [];
+    const db = { query: async (text, values) => { sent.push(values); return { rows: [{ status: 'queued', offset: '0', message_id: 'm', transaction_id: 't' }] }; } };
+    const span = await inSpan('checkout', () => pushTx(db, [{ queue: 'q', payload: 1, headers: { tenant: 't1' } }, { queue: 'q', payload: 2 }]));
+    const expected = traceparentOf(span);
+    assert.deepEqual(sent.map((values) => JSON.parse(values[4])), [{ tenant: 't1', traceparent: expected }, { traceparent: expected }]);
   });
 
   test('a traceparent the app set is kept; outside any span nothing is added', async () => {
