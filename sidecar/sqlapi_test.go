@@ -580,3 +580,55 @@ func TestASidecarPushHeldByAnApplicationTransactionIsBufferedInOrder(t *testing.
 		t.Fatalf("stored %v, then %d more; want [m0 app m1 m2], each once", got, len(extra.Messages))
 	}
 }
+
+// Two application transactions sending to one partition: the second
+// waits for the first, and their offsets follow their commits.
+func TestSQLSendsOfTwoTransactionsFollowTheirCommits(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	ctx := testContext(t)
+	first, err := ts.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx) //nolint:errcheck // committed below
+	sqlSend(t, first, "q", msgpackOf(t, "first"), "p", "first")
+	second := make(chan sent, 1)
+	go func() {
+		tx, err := ts.pool.Begin(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // committed below
+		var s sent
+		if err := tx.QueryRow(ctx, `SELECT "offset" FROM queenside.send('q', '\xc0', 'p', 'second')`).Scan(&s.offset); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Error(err)
+		}
+		second <- s
+	}()
+	select {
+	case s := <-second:
+		t.Fatalf("the second transaction's send answered while the first held the partition: %+v", s)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-second:
+		if s.offset != 1 {
+			t.Fatalf("the second transaction's send: %+v, want offset 1", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second transaction's send did not end after the first committed")
+	}
+	res := mustPop(t, c, protocol.PopArgs{Queue: "q", Batch: 10})
+	if len(res.Messages) != 2 || res.Messages[0].TransactionID != "first" || res.Messages[1].TransactionID != "second" {
+		t.Fatalf("delivered %+v", res.Messages)
+	}
+}
