@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -630,5 +633,42 @@ func TestSQLSendsOfTwoTransactionsFollowTheirCommits(t *testing.T) {
 	res := mustPop(t, c, protocol.PopArgs{Queue: "q", Batch: 10})
 	if len(res.Messages) != 2 || res.Messages[0].TransactionID != "first" || res.Messages[1].TransactionID != "second" {
 		t.Fatalf("delivered %+v", res.Messages)
+	}
+}
+
+// The README's SQL (section "Inside your own transaction") runs as
+// printed: the outbox stores its message once committed, and the inbox's
+// ack of a lease id that names no lease answers lease_expired.
+func TestTheReadmesSQLRunsAsPrinted(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	c := ts.client(t)
+	ctx := testContext(t)
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "## Inside your own transaction\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	blocks := regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(section, -1)
+	if len(blocks) != 2 {
+		t.Fatalf("%d SQL blocks in the section, want the outbox and the inbox", len(blocks))
+	}
+	if _, err := ts.pool.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, sku text NOT NULL);
+		CREATE TABLE billed (order_id bigint PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		if _, err := ts.pool.Exec(ctx, b[1], pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s\n%v", b[1], err)
+		}
+	}
+	res := mustPop(t, c, protocol.PopArgs{Queue: "orders", Batch: 10})
+	var order struct {
+		ID  int64  `msgpack:"id"`
+		SKU string `msgpack:"sku"`
+	}
+	if len(res.Messages) != 1 || res.Messages[0].Decode(&order) != nil || order.ID != 1001 || res.Messages[0].Partition != "customer-42" ||
+		res.Messages[0].TransactionID != "order-1001" {
+		t.Fatalf("the outbox's message: %+v, %+v", res.Messages, order)
 	}
 }
