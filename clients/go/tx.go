@@ -40,13 +40,6 @@ func PushTx(ctx context.Context, q Querier, items ...PushItem) ([]PushResult, er
 		if partition == "" {
 			partition = protocol.DefaultPartition
 		}
-		var txid, trace *string
-		if it.TransactionID != "" {
-			txid = &it.TransactionID
-		}
-		if it.TraceID != "" {
-			trace = &it.TraceID
-		}
 		var headers any // SQL NULL without headers, a JSON object with
 		if len(it.Headers) > 0 {
 			headers = it.Headers
@@ -55,7 +48,7 @@ func PushTx(ctx context.Context, q Querier, items ...PushItem) ([]PushResult, er
 		var offset int64
 		err := q.QueryRow(ctx, `SELECT status, "offset", message_id::text, transaction_id
 			FROM queenside.send($1, $2, $3, $4, $5::jsonb, $6)`,
-			it.Queue, []byte(it.Payload), partition, txid, headers, trace).
+			it.Queue, []byte(it.Payload), partition, orNull(it.TransactionID), headers, orNull(it.TraceID)).
 			Scan(&r.Status, &offset, &r.MessageID, &r.TransactionID)
 		if err != nil {
 			return nil, sqlError(fmt.Sprintf("push item %d", i), err)
@@ -80,17 +73,10 @@ func AckTx(ctx context.Context, q Querier, items ...AckItem) (AckResult, error) 
 		if status == "" {
 			status = protocol.DefaultAckMode
 		}
-		var txid, reason *string
-		if it.TransactionID != "" {
-			txid = &it.TransactionID
-		}
-		if it.Error != "" {
-			reason = &it.Error
-		}
 		var code *string
 		r := AckItemResult{Index: i}
 		err := q.QueryRow(ctx, `SELECT success, code, dead_lettered FROM queenside.ack_message($1, $2, $3, $4, $5)`,
-			it.LeaseID, it.Offset, status, reason, txid).Scan(&r.Success, &code, &r.DeadLettered)
+			it.LeaseID, it.Offset, status, orNull(it.Error), orNull(it.TransactionID)).Scan(&r.Success, &code, &r.DeadLettered)
 		if err != nil {
 			return AckResult{}, sqlError(fmt.Sprintf("ack item %d", i), err)
 		}
@@ -100,6 +86,14 @@ func AckTx(ctx context.Context, q Querier, items ...AckItem) (AckResult, error) 
 		res.Results[i] = r
 	}
 	return res, nil
+}
+
+// orNull is s as a parameter, SQL NULL when empty.
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // sqlError turns a refusal of the SQL API, whose DETAIL is the protocol's

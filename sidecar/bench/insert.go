@@ -53,15 +53,30 @@ func (b *bench) scenarioInsert(ctx context.Context) (r Result) {
 			r.setupFailed(err)
 		}
 	}()
+	stmt := fmt.Sprintf(insertBatch, schema)
+	b.runSQLBatches(ctx, &r, func(c *pgx.Conn, from, n int64) error {
+		if _, err := c.Exec(ctx, stmt, insertArgs(b, from, n)...); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		return nil
+	})
+	return r
+}
+
+// runSQLBatches has cfg.Connections connections of their own to the
+// database take push's messages (cfg.Messages) cfg.Batch at a time, from
+// the first not taken, each batch sent by send and timed as a push; the
+// result goes to r.
+func (b *bench) runSQLBatches(ctx context.Context, r *Result, send func(c *pgx.Conn, from, n int64) error) {
 	conns := make([]*pgx.Conn, b.cfg.Connections)
 	for i := range conns {
+		var err error
 		if conns[i], err = pgx.Connect(ctx, b.dbURL); err != nil {
 			r.setupFailed(fmt.Errorf("connect to PostgreSQL: %w", err))
-			return r
+			return
 		}
 		defer conns[i].Close(context.Background())
 	}
-	stmt := fmt.Sprintf(insertBatch, schema)
 	var next atomic.Int64
 	total, batch := int64(b.cfg.Messages), int64(b.cfg.Batch)
 	m := b.probe.start()
@@ -76,8 +91,8 @@ func (b *bench) scenarioInsert(ctx context.Context) (r Result) {
 				}
 				n := min(batch, total-from)
 				start := time.Now()
-				if _, err := c.Exec(ctx, stmt, insertArgs(b, from, n)...); err != nil {
-					ts[i].failf("insert: %v", err)
+				if err := send(c, from, n); err != nil {
+					ts[i].failf("%v", err)
 					return
 				}
 				ts[i].took("push", start)
@@ -86,9 +101,8 @@ func (b *bench) scenarioInsert(ctx context.Context) (r Result) {
 		})
 	}
 	wg.Wait()
-	m.stop(&r)
+	m.stop(r)
 	r.absorb(newTally().merge(ts...), "push")
-	return r
 }
 
 // insertArgs are messages from..from+n-1 as push sends them: spread over

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,49 +27,20 @@ func (b *bench) scenarioSQLSend(ctx context.Context) (r Result) {
 		return r
 	}
 	queue := b.queue(ScenarioSQLSend)
-	conns := make([]*pgx.Conn, b.cfg.Connections)
-	for i := range conns {
-		var err error
-		if conns[i], err = pgx.Connect(ctx, b.dbURL); err != nil {
-			r.setupFailed(fmt.Errorf("connect to PostgreSQL: %w", err))
-			return r
-		}
-		defer conns[i].Close(context.Background())
-	}
-	var next atomic.Int64
-	total, batch := int64(b.cfg.Messages), int64(b.cfg.Batch)
-	m := b.probe.start()
-	ts := tallies(len(conns))
-	var wg sync.WaitGroup
-	for i, c := range conns {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				from := next.Add(batch) - batch
-				if from >= total {
-					return
-				}
-				n := min(batch, total-from)
-				start := time.Now()
-				err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-					var sends pgx.Batch
-					now := time.Now()
-					for k := from; k < from+n; k++ {
-						sends.Queue(sqlSend, queue, b.pay.stamped(now), "p"+strconv.FormatInt(k%int64(b.cfg.Partitions), 10),
-							b.runID+"-sqlsend-"+strconv.FormatInt(k, 10))
-					}
-					return tx.SendBatch(ctx, &sends).Close()
-				})
-				if err != nil {
-					ts[i].failf("send: %v", err)
-					return
-				}
-				ts[i].took("push", start)
-				ts[i].messages += n
+	b.runSQLBatches(ctx, &r, func(c *pgx.Conn, from, n int64) error {
+		err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			var sends pgx.Batch
+			now := time.Now()
+			for k := from; k < from+n; k++ {
+				sends.Queue(sqlSend, queue, b.pay.stamped(now), "p"+strconv.FormatInt(k%int64(b.cfg.Partitions), 10),
+					b.runID+"-sqlsend-"+strconv.FormatInt(k, 10))
 			}
+			return tx.SendBatch(ctx, &sends).Close()
 		})
-	}
-	wg.Wait()
-	m.stop(&r)
-	r.absorb(newTally().merge(ts...), "push")
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		return nil
+	})
 	return r
 }
