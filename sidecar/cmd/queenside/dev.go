@@ -110,16 +110,25 @@ queenside is serving on %s
   database: %s
 %s  try:      %s push --queue hello --payload '{"hi": 1}'
             %s stats --queue hello
-  (the CLI finds ./%s from this directory; elsewhere export QUEENSIDE_SOCKET=%s)
+  %s
 Ctrl-C stops the sidecar and PostgreSQL.
 
-`, socket, cfg.DatabaseURL, board, self, self, queenside.DevSocket, socket)
+`, socket, cfg.DatabaseURL, board, self, self, socketHint(socket))
 	}
 	err = sidecar.Run(ctx, cfg)
 	if errors.Is(err, schema.ErrSchemaMismatch) && c.String("database-url") == "" {
 		return fmt.Errorf("%w\nThe development database was made by another version: `queenside dev --reset` recreates it", err)
 	}
 	return err
+}
+
+// socketHint tells how the CLI finds the socket: on its own from this
+// directory when the socket is where it looks, else by QUEENSIDE_SOCKET.
+func socketHint(socket string) string {
+	if found, err := filepath.Abs(queenside.DevSocket); err == nil && found == socket {
+		return fmt.Sprintf("(the CLI finds ./%s from this directory; elsewhere export QUEENSIDE_SOCKET=%s)", queenside.DevSocket, socket)
+	}
+	return "(the CLI needs: export QUEENSIDE_SOCKET=" + socket + ")"
 }
 
 // createDatabase creates name unless it exists: a second run reuses it.
