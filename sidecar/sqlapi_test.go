@@ -22,8 +22,9 @@ import (
 	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
-// The SQL API (schema migration 14): queenside.send, send_json and
-// ack_message, called by an application in its own transaction.
+// The SQL API (schema migrations 14 and 15): queenside.send, send_json,
+// send_batch and ack_message, called by an application in its own
+// transaction.
 
 // sent is one answer of queenside.send.
 type sent struct {
@@ -358,6 +359,9 @@ func TestSQLSendRefusals(t *testing.T) {
 	refused(`SELECT queenside.send('q', '\xc0', '')`, "invalid_argument", "22023")
 	refused(`SELECT queenside.send('q', '\xc0', 'p', '')`, "invalid_argument", "22023")
 	refused(`SELECT queenside.send('q', '\xc0', 'p', NULL, '{"a": 1}')`, "invalid_argument", "22023")
+	refused(`SELECT queenside.send_batch('q', '{}')`, "invalid_argument", "22023")
+	refused(`SELECT queenside.send_batch('q', ARRAY['\xc0'::bytea, NULL])`, "invalid_argument", "22023")
+	refused(`SELECT queenside.send_batch('q', ARRAY['\xc0'::bytea], ARRAY['a', 'b'])`, "invalid_argument", "22023")
 	refused(`SELECT queenside.ack_message('1.2.00000000000000000000000000000000', 0, 'done')`, "invalid_argument", "22023")
 	refused(`SELECT queenside.ack_message('1.2.00000000000000000000000000000000', 0, p_transaction_id => 'x')`, "invalid_argument", "22023")
 
@@ -467,7 +471,8 @@ func TestSQLAckMessageCommitsWithTheCallersTransaction(t *testing.T) {
 }
 
 // On Citus, one application transaction that sends to partitions on two
-// workers commits on both or on neither (Citus's two-phase commit).
+// workers, by sends and by a batch, commits on both or on neither
+// (Citus's two-phase commit).
 func TestSQLSendOnTwoWorkersInOneTransaction(t *testing.T) {
 	pgtest.SkipUnlessCitus(t)
 	ts := startSidecar(t, "", Options{})
@@ -507,6 +512,10 @@ func TestSQLSendOnTwoWorkersInOneTransaction(t *testing.T) {
 		if sa, sb := sqlSend(t, tx, "spread", msgpackOf(t, "second"), a, ""), sqlSend(t, tx, "spread", msgpackOf(t, "second"), b, ""); sa.offset != 1 || sb.offset != 1 {
 			t.Fatalf("sends: %+v %+v", sa, sb)
 		}
+		// And one batch over both workers.
+		if s := sqlSendBatch(t, tx, "spread", []protocol.PushItem{item(t, "spread", a, "", "third"), item(t, "spread", b, "", "third")}); s[0].offset != 2 || s[1].offset != 2 {
+			t.Fatalf("batch: %+v", s)
+		}
 		if commit {
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
@@ -524,7 +533,7 @@ func TestSQLSendOnTwoWorkersInOneTransaction(t *testing.T) {
 	both(true)
 	for _, p := range []string{a, b} {
 		res := mustPop(t, c, protocol.PopArgs{Queue: "spread", Group: "g", Partition: p, Batch: 10})
-		if len(res.Messages) != 1 || res.Messages[0].Offset != 1 {
+		if len(res.Messages) != 2 || res.Messages[0].Offset != 1 || res.Messages[1].Offset != 2 {
 			t.Fatalf("partition %s (%s) after the commit: %+v", p, nodeOf[p], res.Messages)
 		}
 	}
