@@ -3,6 +3,8 @@ package queenside_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,5 +207,44 @@ func TestPushTxRefusalIsTheProtocolsError(t *testing.T) {
 	}
 	if _, err := queenside.PushTx(ctx, conn, queenside.PushItem{Queue: "q"}); !errors.As(err, &qe) || qe.Code != protocol.CodeInvalidArgument {
 		t.Fatalf("PushTx without a payload: %v", err)
+	}
+	// A refusal of one item of a statement names that item.
+	huge := make([]byte, protocol.DefaultMaxFrameBytes)
+	huge[0] = 0xc4 // any bytes: the size is refused first
+	items := []queenside.PushItem{{Queue: "a", Payload: []byte{1}}, {Queue: "b", Payload: []byte{2}}, {Queue: "a", Payload: huge}}
+	if _, err := queenside.PushTx(ctx, conn, items...); !errors.As(err, &qe) || qe.Code != protocol.CodeInvalidArgument ||
+		!strings.HasPrefix(qe.Message, "push item 2: ") || !strings.Contains(qe.Message, "--max-frame-bytes") {
+		t.Fatalf("PushTx of a message too large as item 2: %v", err)
+	}
+}
+
+// The items of several queues, interleaved, answer in their order: a
+// statement a queue, the results put back in place.
+func TestPushTxAnswersItemsInTheirOrder(t *testing.T) {
+	ctx, conn, _ := appDB(t)
+	var items []queenside.PushItem
+	for i, q := range []string{"a", "b", "a", "c", "b", "a"} {
+		items = append(items, queenside.PushItem{Queue: q, Partition: "p", Payload: []byte{byte(i)},
+			Headers: map[string]string{"i": fmt.Sprint(i)}})
+	}
+	items[5].TransactionID = "same"
+	items = append(items, queenside.PushItem{Queue: "a", Partition: "p", Payload: []byte{9}, TransactionID: "same"})
+	res, err := queenside.PushTx(ctx, conn, items...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		queue  string
+		offset int64
+		status string
+	}{{"a", 0, "queued"}, {"b", 0, "queued"}, {"a", 1, "queued"}, {"c", 0, "queued"}, {"b", 1, "queued"}, {"a", 2, "queued"}, {"a", 2, "duplicate"}}
+	for i, w := range want {
+		r := res[i]
+		if r.Index != i || r.Queue != w.queue || *r.Offset != w.offset || r.Status != w.status || r.Partition != "p" || r.MessageID == "" {
+			t.Fatalf("result %d: %+v, want %+v", i, r, w)
+		}
+	}
+	if res[6].MessageID != res[5].MessageID {
+		t.Fatalf("the repeat's original: %s, want %s", res[6].MessageID, res[5].MessageID)
 	}
 }

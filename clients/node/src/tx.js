@@ -1,11 +1,14 @@
 // pushTx and ackTx: push and ack inside the application's own PostgreSQL
-// transaction, through queenside's SQL API (queenside.send and
+// transaction, through queenside's SQL API (queenside.send_batch and
 // queenside.ack_message), on a node-postgres client the caller holds.
 //
 // A message pushed this way commits or rolls back with the caller's own
 // writes (the outbox); an ack commits with the effects the consumer wrote
-// (the inbox). The helpers never BEGIN, COMMIT or ROLLBACK: each item is one
-// statement on the caller's connection, in whatever transaction it is in.
+// (the inbox). The helpers never BEGIN, COMMIT or ROLLBACK: the items pushed
+// to a queue are one statement on the caller's connection, an ack item one,
+// in whatever transaction it is in. Their waits are bounded by the
+// connection's own timeouts (statement_timeout...), not by the sidecar's
+// --database-timeout.
 // They take the items push and ack take, encode payloads with this client's
 // codec (the bytes a push through the sidecar would store), and answer with
 // the same results.
@@ -20,8 +23,14 @@ const DEFAULT_PARTITION = 'Default';
 const MAX_ERROR_BYTES = 4096;
 const MAX_OFFSET = 2n ** 62n;
 
-const SEND = 'SELECT status, "offset"::text AS "offset", message_id::text AS message_id, transaction_id '
-  + 'FROM queenside.send($1, $2, $3, $4, $5::jsonb, $6)';
+// One row of arrays, in the items' order.
+const SEND_BATCH = 'SELECT array_agg(b.status ORDER BY b.n) AS statuses, array_agg(b."offset"::text ORDER BY b.n) AS offsets, '
+  + 'array_agg(b.message_id::text ORDER BY b.n) AS message_ids, array_agg(b.transaction_id ORDER BY b.n) AS transaction_ids '
+  + 'FROM queenside.send_batch($1, $2::bytea[], $3::text[], $4::text[], $5::jsonb[], $6::text[]) '
+  + 'WITH ORDINALITY AS b (status, "offset", message_id, transaction_id, n)';
+// How the SQL API names the message of a batch a refusal is about,
+// counted from 1.
+const MESSAGE_NUMBER = /^message ([0-9]+): /;
 const ACK = 'SELECT success, code, dead_lettered FROM queenside.ack_message($1, $2::bigint, $3, $4, $5)';
 
 // The codes queenside's SQL API refuses with, in the DETAIL of its error,
@@ -34,8 +43,8 @@ const utf8 = new TextEncoder();
 
 /**
  * Pushes items (one, or a list, as push takes them) in the transaction
- * pgClient is in: one `queenside.send` statement per item, in order.
- * Resolves with one push result per item ({index, status, queue,
+ * pgClient is in: one `queenside.send_batch` statement a queue. Resolves
+ * with one push result per item, in order ({index, status, queue,
  * partition, transactionId, messageId, offset}); status is queued, or
  * duplicate with the original's offset and message id.
  * @param {{query: Function}} pgClient a pg Client or PoolClient (inside BEGIN)
@@ -44,29 +53,42 @@ const utf8 = new TextEncoder();
 export async function pushTx(pgClient, items) {
   checkClient('pushTx', pgClient);
   const wire = prepare('pushTx', () => nonEmpty(withTraceContext(list(items))).map(wirePushItem));
-  const results = [];
+  const byQueue = new Map();
   for (const [index, item] of wire.entries()) {
-    const partition = item.partition ?? DEFAULT_PARTITION;
-    const { rows } = await run('pushTx', `push item ${index}`, pgClient, SEND, [
-      item.queue,
-      asBuffer(encode(item.payload)),
-      partition,
-      item.transactionId ?? null,
-      headersJson(item.headers),
-      item.traceId ?? null,
+    if (!byQueue.has(item.queue)) byQueue.set(item.queue, []);
+    byQueue.get(item.queue).push(index);
+  }
+  const results = new Array(wire.length);
+  for (const [queue, indexes] of byQueue) {
+    const batch = indexes.map((i) => wire[i]);
+    const partitions = batch.map((item) => item.partition ?? DEFAULT_PARTITION);
+    const { rows } = await run('pushTx', 'push', indexes, pgClient, SEND_BATCH, [
+      queue,
+      batch.map((item) => asBuffer(encode(item.payload))),
+      partitions,
+      orNull(batch.map((item) => item.transactionId ?? null)),
+      orNull(batch.map((item) => headersJson(item.headers))),
+      orNull(batch.map((item) => item.traceId ?? null)),
     ]);
     const [row] = rows;
-    results.push({
-      index,
-      status: row.status,
-      queue: item.queue,
-      partition,
-      transactionId: row.transaction_id,
-      messageId: row.message_id,
-      offset: integer(row.offset),
+    indexes.forEach((index, k) => {
+      results[index] = {
+        index,
+        status: row.statuses[k],
+        queue,
+        partition: partitions[k],
+        transactionId: row.transaction_ids[k],
+        messageId: row.message_ids[k],
+        offset: integer(row.offsets[k]),
+      };
     });
   }
   return results;
+}
+
+// An array no item fills goes as NULL, as the SQL API's default.
+function orNull(values) {
+  return values.every((v) => v === null) ? null : values;
 }
 
 /**
@@ -86,7 +108,7 @@ export async function ackTx(pgClient, items) {
   const wire = prepare('ackTx', () => nonEmpty(list(items)).map((item, index) => checkAckItem(wireAckItem(item, index), index)));
   const results = [];
   for (const [index, item] of wire.entries()) {
-    const { rows } = await run('ackTx', `ack item ${index}`, pgClient, ACK, [
+    const { rows } = await run('ackTx', 'ack', [index], pgClient, ACK, [
       item.leaseId, item.offset, item.status, item.error, item.transactionId,
     ]);
     const [row] = rows;
@@ -183,7 +205,7 @@ function asBuffer(bytes) {
 }
 
 // Headers go as a JSON object (a Map becomes one); none, or an empty one,
-// as NULL. queenside.send refuses what is not an object of strings.
+// as NULL. queenside.send_batch refuses what is not an object of strings.
 function headersJson(headers) {
   if (headers === undefined || headers === null) return null;
   const object = headers instanceof Map ? Object.fromEntries(headers) : headers;
@@ -201,16 +223,25 @@ function integer(text) {
 /**
  * Runs one statement; a refusal of queenside's SQL API (the protocol's
  * code in the error's DETAIL) becomes the client's error class of that
- * code, the PostgreSQL error as its cause. Any other error propagates as
- * it is.
+ * code, the PostgreSQL error as its cause, naming the item it is about as
+ * push and ack name it (indexes: the statement's items). Any other error
+ * propagates as it is.
  */
-async function run(op, what, pgClient, text, values) {
+async function run(op, kind, indexes, pgClient, text, values) {
   try {
     return await pgClient.query(text, values);
   } catch (err) {
     const code = err?.detail;
     if (!REFUSAL_CODES.has(code) || !REFUSAL_SQLSTATES.has(err?.code)) throw err;
-    const reason = String(err.message ?? code).replace(/^queenside: /, '');
+    let reason = String(err.message ?? code).replace(/^queenside: /, '');
+    let what = kind;
+    const number = MESSAGE_NUMBER.exec(reason);
+    if (number && Number(number[1]) >= 1 && Number(number[1]) <= indexes.length) {
+      what = `${kind} item ${indexes[Number(number[1]) - 1]}`;
+      reason = reason.slice(number[0].length);
+    } else if (indexes.length === 1) {
+      what = `${kind} item ${indexes[0]}`;
+    }
     throw new ERROR_CLASSES[code](`${what}: ${reason}`, { code, retryable: RETRYABLE.has(code), op, cause: err });
   }
 }

@@ -283,23 +283,65 @@ describe('refusals', () => {
     assert.deepEqual(db.sent, [], 'nothing was sent');
   });
 
-  test('the statements: one per item, nothing else (no BEGIN, no COMMIT)', async () => {
+  test('the statements: one a queue pushed to, one an ack item, nothing else (no BEGIN, no COMMIT)', async () => {
     const db = recordingClient();
     db.query = async (text, values) => {
       db.sent.push({ text, values });
-      return { rows: [text.includes('queenside.send') ? { status: 'queued', offset: '9007199254740993', message_id: 'm', transaction_id: 't' } : { success: true, code: null, dead_lettered: true }] };
+      if (!text.includes('queenside.send_batch')) return { rows: [{ success: true, code: null, dead_lettered: true }] };
+      const n = values[1].length;
+      return {
+        rows: [{
+          statuses: Array(n).fill('queued'),
+          offsets: Array.from({ length: n }, (_, k) => String(9007199254740993n + BigInt(k))),
+          message_ids: Array(n).fill('m'),
+          transaction_ids: Array(n).fill('t'),
+        }],
+      };
     };
-    const pushed = await pushTx(db, [{ queue: 'q', payload: 1, headers: {} }, { queue: 'q', partition: 'p', payload: 2, transactionId: 't2', headers: { a: 'b' } }]);
-    assert.equal(pushed[0].offset, 9007199254740993n, 'an offset beyond 2^53 is a bigint');
+    const pushed = await pushTx(db, [
+      { queue: 'q', payload: 1, headers: {} },
+      { queue: 'r', payload: 3 },
+      { queue: 'q', partition: 'p', payload: 2, transactionId: 't2', headers: { a: 'b' } },
+    ]);
+    assert.deepEqual(pushed.map((r) => [r.index, r.queue, r.partition, r.offset]),
+      [[0, 'q', 'Default', 9007199254740993n], [1, 'r', 'Default', 9007199254740993n], [2, 'q', 'p', 9007199254740994n]],
+      'in the items\' order; an offset beyond 2^53 is a bigint');
     const acked = await ackTx(db, [{ leaseId: 'l', offset: 3n, status: 'failed', error: 'é'.repeat(3000) }]);
     assert.deepEqual(acked.results, [{ index: 0, success: true, deadLettered: true }]);
     assert.equal(db.sent.length, 3);
-    assert.ok(db.sent.every((s) => /^SELECT .* FROM queenside\.(send|ack_message)\(/.test(s.text)));
-    assert.deepEqual(db.sent[0].values, ['q', Buffer.from([1]), 'Default', null, '{}', null]);
-    assert.deepEqual(db.sent[1].values, ['q', Buffer.from([2]), 'p', 't2', '{"a":"b"}', null]);
+    assert.ok(db.sent.every((s) => /^SELECT .* FROM queenside\.(send_batch|ack_message)\(/.test(s.text)));
+    assert.deepEqual(db.sent[0].values, ['q', [Buffer.from([1]), Buffer.from([2])], ['Default', 'p'], [null, 't2'], ['{}', '{"a":"b"}'], null]);
+    assert.deepEqual(db.sent[1].values, ['r', [Buffer.from([3])], ['Default'], null, null, null]);
     const [, offset, status, error, transactionId] = db.sent[2].values;
     assert.deepEqual([offset, status, transactionId], ['3', 'failed', null]);
     assert.equal(Buffer.byteLength(error), 4096, 'the error kept as the sidecar keeps it: 4096 bytes, whole characters');
+  });
+
+  test('a refusal of one item of a statement names that item', async () => {
+    const queue = uniqueQueue('named');
+    await assert.rejects(inTransaction((db) => pushTx(db, [
+      { queue: `${queue}-a`, payload: 1 },
+      { queue: `${queue}-b`, payload: 2 },
+      { queue: `${queue}-a`, payload: new Uint8Array(16 << 20) },
+    ])), (err) => {
+      assert.ok(err instanceof InvalidArgumentError, err);
+      assert.match(err.message, /^push item 2: .*--max-frame-bytes/);
+      return true;
+    });
+  });
+});
+
+describe('several queues in one call', () => {
+  test('a statement a queue; the results in the items\' order', async () => {
+    const queue = uniqueQueue('several');
+    const queues = ['a', 'b', 'a', 'c', 'b', 'a'].map((q) => `${queue}-${q}`);
+    const items = queues.map((q, i) => ({ queue: q, partition: 'p', payload: i, headers: { i: String(i) } }));
+    items[5].transactionId = 'same';
+    items.push({ queue: queues[0], partition: 'p', payload: 6, transactionId: 'same' });
+    const results = await inTransaction((db) => pushTx(db, items));
+    assert.deepEqual(results.map((r) => [r.index, r.queue, r.partition, r.offset, r.status]),
+      [0, 0, 1, 0, 1, 2, 2].map((offset, i) => [i, items[i].queue, 'p', offset, i === 6 ? 'duplicate' : 'queued']));
+    assert.equal(results[6].messageId, results[5].messageId);
   });
 });
 

@@ -180,9 +180,9 @@ def test_raw_cursors_get_numbered_placeholders(client: Client, db: psycopg.Conne
     raw = RawCursor(psycopg.ClientCursor(db))  # EXECUTE's arguments as literals
     with db.transaction():
         [r] = push_tx(raw, PushItem(queue, "raw", partition="p", transaction_id="raw-1", headers={"h": "1"}))
-    assert raw.queries[0].endswith(
-        "queenside.send(p_queue => $1::text, p_payload => $2::bytea, p_partition => $3::text, "
-        "p_transaction_id => $4::text, p_headers => $5::jsonb)"
+    assert (
+        "queenside.send_batch(p_queue => $1::text, p_payloads => $2::bytea[], p_partitions => $3::text[], "
+        "p_transaction_ids => $4::text[], p_headers => $5::jsonb[])" in raw.queries[0]
     )
     m = client.pop(queue, partition="p").messages[0]
     assert (r.status, m.payload, m.headers, m.transaction_id) == ("queued", "raw", {"h": "1"}, "raw-1")
@@ -363,6 +363,27 @@ def test_refusals_raise_the_error_class_of_their_code(db: psycopg.Connection[Any
     # Other database errors are the database's.
     with pytest.raises(psycopg.errors.UndefinedTable):
         db.execute("SELECT * FROM no_such_table")
+    db.rollback()
+
+
+def test_items_of_several_queues_answer_in_their_order(db: psycopg.Connection[Any], queue: str) -> None:
+    # A statement a queue; the results come back in the items' order.
+    queues = [f"{queue}-a", f"{queue}-b", f"{queue}-a", f"{queue}-c", f"{queue}-b", f"{queue}-a"]
+    items = [PushItem(q, i, partition="p", headers={"i": str(i)}) for i, q in enumerate(queues)]
+    items[5] = PushItem(queues[5], 5, partition="p", transaction_id="same")
+    items.append(PushItem(queues[0], 6, partition="p", transaction_id="same"))
+    with db.transaction():
+        results = push_tx(db, items)
+    got = [(r.index, r.queue, r.partition, r.offset, r.status) for r in results]
+    want_offsets = [0, 0, 1, 0, 1, 2, 2]
+    assert got == [(i, item.queue, "p", want_offsets[i], "duplicate" if i == 6 else "queued") for i, item in enumerate(items)]
+    assert results[6].message_id == results[5].message_id
+
+
+def test_a_refusal_names_the_item_of_its_statement(db: psycopg.Connection[Any], queue: str) -> None:
+    big = b"\xc4" * (16 << 20)
+    with pytest.raises(queenside.InvalidArgumentError, match=r"^invalid_argument: push item 2: .*--max-frame-bytes"):
+        push_tx(db, [PushItem(f"{queue}-a", 1), PushItem(f"{queue}-b", 2), PushItem(f"{queue}-a", big)])
     db.rollback()
 
 

@@ -2,9 +2,9 @@
 
 ``push_tx(conn, items)`` and ``ack_tx(conn, items)`` (and their asyncio
 twins ``push_tx_async`` and ``ack_tx_async``) run queenside's SQL API
-(``queenside.send`` and ``queenside.ack_message``, schema migration 14) on
-the caller's psycopg 3 connection or cursor, one statement per item, in
-the caller's transaction: what they push or ack commits or rolls back with
+(``queenside.send_batch`` and ``queenside.ack_message``, schema migrations
+14 and 15) on the caller's psycopg 3 connection or cursor, one statement a
+queue pushed to and one an item acked, in the caller's transaction: what they push or ack commits or rolls back with
 the rows the application writes beside it (the transactional outbox, and
 the inbox). They never BEGIN or COMMIT.
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .acks import AckLike, ack_items
@@ -44,7 +45,7 @@ DEFAULT_PARTITION = "Default"
 # AsyncCursor: typed loosely so that psycopg stays optional.
 PgConnection = Any
 
-_SEND_COLUMNS = ("status", "offset", "message_id", "transaction_id")
+_SEND_COLUMNS = ("statuses", "offsets", "message_ids", "transaction_ids")
 _ACK_COLUMNS = ("success", "code", "dead_lettered")
 
 # The SQLSTATEs of the SQL API's refusals: invalid_parameter_value for
@@ -62,11 +63,12 @@ class Statement:
     its type) and their values. Rendered for the cursor that runs it:
     ``%s`` placeholders, or ``$1``... for psycopg's raw cursors."""
 
-    __slots__ = ("select", "function", "args", "values")
+    __slots__ = ("select", "function", "tail", "args", "values")
 
-    def __init__(self, select: str, function: str) -> None:
+    def __init__(self, select: str, function: str, tail: str = "") -> None:
         self.select = select
         self.function = function
+        self.tail = tail
         self.args: List[Tuple[str, str]] = []
         self.values: List[Any] = []
 
@@ -78,23 +80,32 @@ class Statement:
     def query(self, raw: bool) -> str:
         marks = [f"${n}" if raw else "%s" for n in range(1, len(self.args) + 1)]
         named = ", ".join(f"{name} => {mark}::{type_}" for (name, type_), mark in zip(self.args, marks))
-        return f"SELECT {self.select} FROM queenside.{self.function}({named})"
+        return f"SELECT {self.select} FROM queenside.{self.function}({named}){self.tail}"
 
 
-def _send_statement(item: PushItem) -> Statement:
-    """``queenside.send`` with named arguments: only those the item gives,
-    so that the function's own defaults apply to the rest."""
-    st = Statement('status, "offset", message_id::text, transaction_id', "send")
-    st.arg("p_queue", "text", item.queue).arg("p_payload", "bytea", encode_payload(item.payload))
-    if item.partition is not None:
-        st.arg("p_partition", "text", item.partition)
-    if item.transaction_id is not None:
-        st.arg("p_transaction_id", "text", item.transaction_id)
-    if item.headers:
-        st.arg("p_headers", "jsonb", json.dumps(dict(item.headers)))
-    if item.trace_id is not None:
-        st.arg("p_trace_id", "text", item.trace_id)
+def _send_statement(items: Sequence[PushItem]) -> Statement:
+    """``queenside.send_batch`` of items, all of one queue, answering one row
+    of arrays in the items' order. An array none of the items fills is left
+    out, so that the function's own default applies."""
+    st = Statement(
+        'array_agg(b.status ORDER BY b.n) AS statuses, array_agg(b."offset" ORDER BY b.n) AS offsets, '
+        "array_agg(b.message_id::text ORDER BY b.n) AS message_ids, array_agg(b.transaction_id ORDER BY b.n) AS transaction_ids",
+        "send_batch",
+        ' WITH ORDINALITY AS b (status, "offset", message_id, transaction_id, n)',
+    )
+    st.arg("p_queue", "text", items[0].queue).arg("p_payloads", "bytea[]", [encode_payload(it.payload) for it in items])
+    st.arg("p_partitions", "text[]", [_partition(it) for it in items])
+    if any(it.transaction_id is not None for it in items):
+        st.arg("p_transaction_ids", "text[]", [it.transaction_id for it in items])
+    if any(it.headers for it in items):
+        st.arg("p_headers", "jsonb[]", [json.dumps(dict(it.headers)) if it.headers else None for it in items])
+    if any(it.trace_id is not None for it in items):
+        st.arg("p_trace_ids", "text[]", [it.trace_id for it in items])
     return st
+
+
+def _partition(item: PushItem) -> str:
+    return item.partition if item.partition is not None else DEFAULT_PARTITION
 
 
 def _ack_statement(item: AckItem) -> Statement:
@@ -109,22 +120,31 @@ def _raw(cursor: Any) -> bool:
     return "Raw" in type(cursor).__name__
 
 
-def _push_plan(items: Union[PushLike, Iterable[PushLike]]) -> List[Tuple[PushItem, Statement]]:
+# A plan is the statements to run, each with the indexes of the items it
+# carries.
+Plan = List[Tuple[List[int], Statement]]
+
+
+def _push_plan(items: Union[PushLike, Iterable[PushLike]]) -> Tuple[List[PushItem], Plan]:
     # Every item is checked (and encoded) before the first statement runs,
-    # as push checks them before anything is sent.
+    # as push checks them before anything is sent. A statement a queue,
+    # the queues in the order they first appear.
     checked = list(with_trace_context(push_items(items)))
     if not checked:
         raise _no_items()
-    return [(item, _send_statement(item)) for item in checked]
+    by_queue: dict = {}
+    for index, item in enumerate(checked):
+        by_queue.setdefault(item.queue, []).append(index)
+    return checked, [(indexes, _send_statement([checked[i] for i in indexes])) for indexes in by_queue.values()]
 
 
-def _ack_plan(items: Iterable[AckLike]) -> List[Tuple[AckItem, Statement]]:
+def _ack_plan(items: Iterable[AckLike]) -> Plan:
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
         raise TypeError(f"ack_tx takes a list of AckItem or popped Message objects, not {type(items).__name__}")
     checked = ack_items(items)
     if not checked:
         raise _no_items()
-    return [(item, _ack_statement(item)) for item in checked]
+    return [([index], _ack_statement(item)) for index, item in enumerate(checked)]
 
 
 def _columns(row: Any, names: Sequence[str]) -> List[Any]:
@@ -138,17 +158,22 @@ def _columns(row: Any, names: Sequence[str]) -> List[Any]:
     return [getattr(row, name) for name in names]
 
 
-def _push_result(index: int, item: PushItem, row: Any) -> PushResult:
-    status, offset, message_id, transaction_id = _columns(row, _SEND_COLUMNS)
-    return PushResult(
-        index=index,
-        status=status,
-        queue=item.queue,
-        partition=item.partition if item.partition is not None else DEFAULT_PARTITION,
-        transaction_id=transaction_id,
-        message_id=None if message_id is None else str(message_id),
-        offset=offset,
-    )
+def _push_results(items: Sequence[PushItem], plan: Plan, rows: Sequence[Any]) -> List[PushResult]:
+    results: List[Optional[PushResult]] = [None] * len(items)
+    for (indexes, _), row in zip(plan, rows):
+        columns = zip(*_columns(row, _SEND_COLUMNS))
+        for index, (status, offset, message_id, transaction_id) in zip(indexes, columns):
+            item = items[index]
+            results[index] = PushResult(
+                index=index,
+                status=status,
+                queue=item.queue,
+                partition=_partition(item),
+                transaction_id=transaction_id,
+                message_id=None if message_id is None else str(message_id),
+                offset=offset,
+            )
+    return results  # type: ignore[return-value] # every index is in one statement
 
 
 def _ack_result(index: int, row: Any) -> AckItemResult:
@@ -156,8 +181,15 @@ def _ack_result(index: int, row: Any) -> AckItemResult:
     return AckItemResult(index=index, success=bool(success), code=code or None, dead_lettered=bool(dead_lettered))
 
 
-def _refusal(exc: BaseException, what: str) -> Optional[QueensideError]:
-    """The client's error for a refusal of the SQL API, None for any other error."""
+# How the SQL API names the message of a batch a refusal is about,
+# counted from 1.
+_MESSAGE_NUMBER = re.compile(r"message ([0-9]+): ")
+
+
+def _refusal(exc: BaseException, kind: str, indexes: Sequence[int]) -> Optional[QueensideError]:
+    """The client's error for a refusal of the SQL API, None for any other
+    error; it names the item as ``push`` would (``indexes``: the
+    statement's items)."""
     state = getattr(exc, "sqlstate", None)
     diag = getattr(exc, "diag", None)
     code = getattr(diag, "message_detail", None)
@@ -166,6 +198,12 @@ def _refusal(exc: BaseException, what: str) -> Optional[QueensideError]:
     message = getattr(diag, "message_primary", None) or str(exc)
     if message.startswith("queenside: "):
         message = message[len("queenside: ") :]
+    what = kind
+    number = _MESSAGE_NUMBER.match(message)
+    if number and 1 <= int(number.group(1)) <= len(indexes):
+        what, message = f"{kind} item {indexes[int(number.group(1)) - 1]}", message[number.end() :]
+    elif len(indexes) == 1:
+        what = f"{kind} item {indexes[0]}"
     return ERROR_CLASSES[code](f"{what}: {message}", code=code, details={"sqlstate": state})
 
 
@@ -183,44 +221,44 @@ def _is_cursor(conn: PgConnection) -> bool:
     return hasattr(conn, "fetchone")
 
 
-def _run(conn: PgConnection, plan: Sequence[Tuple[Any, Statement]], kind: str) -> List[Any]:
+def _run(conn: PgConnection, plan: Plan, kind: str) -> List[Any]:
     if _is_cursor(conn):
         return _run_on(conn, plan, kind)
     with conn.cursor() as cursor:
         return _run_on(cursor, plan, kind)
 
 
-def _run_on(cursor: Any, plan: Sequence[Tuple[Any, Statement]], kind: str) -> List[Any]:
+def _run_on(cursor: Any, plan: Plan, kind: str) -> List[Any]:
     rows: List[Any] = []
     raw = _raw(cursor)
-    for index, (_item, statement) in enumerate(plan):
+    for indexes, statement in plan:
         try:
             cursor.execute(statement.query(raw), statement.values)
             rows.append(cursor.fetchone())
         except Exception as exc:
-            refusal = _refusal(exc, f"{kind} item {index}")
+            refusal = _refusal(exc, kind, indexes)
             if refusal is None:
                 raise
             raise refusal from exc
     return rows
 
 
-async def _run_async(conn: PgConnection, plan: Sequence[Tuple[Any, Statement]], kind: str) -> List[Any]:
+async def _run_async(conn: PgConnection, plan: Plan, kind: str) -> List[Any]:
     if _is_cursor(conn):
         return await _run_on_async(conn, plan, kind)
     async with conn.cursor() as cursor:
         return await _run_on_async(cursor, plan, kind)
 
 
-async def _run_on_async(cursor: Any, plan: Sequence[Tuple[Any, Statement]], kind: str) -> List[Any]:
+async def _run_on_async(cursor: Any, plan: Plan, kind: str) -> List[Any]:
     rows: List[Any] = []
     raw = _raw(cursor)
-    for index, (_item, statement) in enumerate(plan):
+    for indexes, statement in plan:
         try:
             await cursor.execute(statement.query(raw), statement.values)
             rows.append(await cursor.fetchone())
         except Exception as exc:
-            refusal = _refusal(exc, f"{kind} item {index}")
+            refusal = _refusal(exc, kind, indexes)
             if refusal is None:
                 raise
             raise refusal from exc
@@ -233,16 +271,17 @@ def push_tx(conn: PgConnection, items: Union[PushLike, Iterable[PushLike]]) -> L
 
     ``items`` are as ``push`` takes them (one item or a list; a ``PushItem``
     or a dict) and are checked as it checks them, before any statement
-    runs. Each is one ``queenside.send`` statement; the results are those of
-    ``push`` (``queued`` with its offset and message id, or ``duplicate``
+    runs. The items of a queue are one ``queenside.send_batch`` statement;
+    the results are those of ``push`` (``queued`` with its offset and message id, or ``duplicate``
     with the original's), without ``committed_at``, since nothing is
-    committed yet. The partition's lock is held until the transaction ends,
-    so push last, just before COMMIT.
+    committed yet. The partitions' locks are held until the transaction
+    ends, so push last, just before COMMIT. Its wait is bounded by the
+    connection's own timeouts (``statement_timeout``...), not by the
+    sidecar's ``--database-timeout``.
     """
     _sync_only(conn, "push_tx")
-    plan = _push_plan(items)
-    rows = _run(conn, plan, "push")
-    return [_push_result(index, item, row) for index, ((item, _), row) in enumerate(zip(plan, rows))]
+    checked, plan = _push_plan(items)
+    return _push_results(checked, plan, _run(conn, plan, "push"))
 
 
 def ack_tx(conn: PgConnection, items: Iterable[AckLike]) -> AckResult:
@@ -266,9 +305,8 @@ def ack_tx(conn: PgConnection, items: Iterable[AckLike]) -> AckResult:
 async def push_tx_async(conn: PgConnection, items: Union[PushLike, Iterable[PushLike]]) -> List[PushResult]:
     """``push_tx`` with a psycopg 3 ``AsyncConnection`` or ``AsyncCursor``."""
     _async_only(conn, "push_tx")
-    plan = _push_plan(items)
-    rows = await _run_async(conn, plan, "push")
-    return [_push_result(index, item, row) for index, ((item, _), row) in enumerate(zip(plan, rows))]
+    checked, plan = _push_plan(items)
+    return _push_results(checked, plan, await _run_async(conn, plan, "push"))
 
 
 async def ack_tx_async(conn: PgConnection, items: Iterable[AckLike]) -> AckResult:
