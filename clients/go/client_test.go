@@ -18,7 +18,12 @@ import (
 	"github.com/queenside/queenside/sidecar/store"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if settings := os.Getenv(inboxChildEnv); settings != "" {
+		os.Exit(inboxConsumer(settings)) // the inbox test's consumer
+	}
+	pgtest.Main(m)
+}
 
 func socketPath(t *testing.T) string {
 	dir, err := os.MkdirTemp("", "qsc")
