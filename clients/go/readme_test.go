@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/queenside/queenside/sidecar"
+	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // The placeholders of the quick start's commands: the checkout, and the
@@ -23,15 +26,22 @@ const (
 // quickStart returns the commands and the program of README.md's quick
 // start, as printed.
 func quickStart(t *testing.T) (commands, program string) {
+	return readmeProgram(t, "Quick start")
+}
+
+// readmeProgram returns the first sh block (the commands) and the first
+// go block (a complete program) of README.md's section under heading,
+// as printed.
+func readmeProgram(t *testing.T, heading string) (commands, program string) {
 	t.Helper()
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	section := string(readme)
-	start := strings.Index(section, "\n## Quick start\n")
+	start := strings.Index(section, "\n## "+heading+"\n")
 	if start < 0 {
-		t.Fatal("README.md has no Quick start section")
+		t.Fatalf("README.md has no %s section", heading)
 	}
 	section = section[start+1:]
 	if end := strings.Index(section[3:], "\n## "); end >= 0 {
@@ -47,9 +57,55 @@ func quickStart(t *testing.T) (commands, program string) {
 		}
 	}
 	if commands == "" || !strings.Contains(program, "package main") {
-		t.Fatalf("the quick start's commands (%q) or complete program (%q) are missing", commands, program)
+		t.Fatalf("%s: the commands (%q) or complete program (%q) are missing", heading, commands, program)
 	}
 	return commands, program
+}
+
+// inNewModule writes program as main.go in a temporary directory and
+// runs there every command but the last, with the placeholders pointing
+// at this checkout and at socket. It returns the directory, the last
+// command and the environment to run it in: the modules come from the
+// local module cache, GOPROXY and GOSUMDB off, as the test runs without a
+// network.
+func inNewModule(t *testing.T, commands, program, socket string, env ...string) (dir, last string, runEnv []string) {
+	t.Helper()
+	checkout, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(commands, socketPlaceholder) || !strings.Contains(commands, "-replace github.com/queenside/queenside="+checkoutPlaceholder+"\n") {
+		t.Fatalf("the commands name neither the checkout nor the socket as this test expects:\n%s", commands)
+	}
+	commands = strings.ReplaceAll(commands, socketPlaceholder, socket)
+	commands = strings.ReplaceAll(commands, checkoutPlaceholder, checkout)
+
+	dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "QUEENSIDE_SOCKET=") && !strings.HasPrefix(kv, "DATABASE_URL=") {
+			runEnv = append(runEnv, kv)
+		}
+	}
+	runEnv = append(runEnv, "GOPROXY=off", "GOSUMDB=off", "GOWORK=off", "GOFLAGS=")
+	runEnv = append(runEnv, env...)
+
+	var lines []string
+	for _, l := range strings.Split(commands, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	for _, l := range lines[:len(lines)-1] {
+		cmd := exec.Command("sh", "-ec", l)
+		cmd.Dir, cmd.Env = dir, runEnv
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", l, err, out)
+		}
+	}
+	return dir, lines[len(lines)-1], runEnv
 }
 
 // The quick start, as printed, in a new module in a temporary directory:
@@ -61,44 +117,10 @@ func quickStart(t *testing.T) (commands, program string) {
 func TestReadmeQuickStartRunsAsPrinted(t *testing.T) {
 	commands, program := quickStart(t)
 	socket := startSidecar(t)
-	checkout, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(commands, socketPlaceholder) || !strings.Contains(commands, "-replace github.com/queenside/queenside="+checkoutPlaceholder+"\n") {
-		t.Fatalf("the commands name neither the checkout nor the socket as this test expects:\n%s", commands)
-	}
-	commands = strings.ReplaceAll(commands, socketPlaceholder, socket)
-	commands = strings.ReplaceAll(commands, checkoutPlaceholder, checkout)
-
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(program), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "QUEENSIDE_SOCKET=") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "GOPROXY=off", "GOSUMDB=off", "GOWORK=off", "GOFLAGS=")
-
-	var lines []string
-	for _, l := range strings.Split(commands, "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			lines = append(lines, l)
-		}
-	}
-	for _, l := range lines[:len(lines)-1] {
-		cmd := exec.Command("sh", "-ec", l)
-		cmd.Dir, cmd.Env = dir, env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", l, err, out)
-		}
-	}
+	dir, lastLine, env := inNewModule(t, commands, program, socket)
 
 	// The last command runs the program: VAR=value... command args...
-	last := strings.Fields(lines[len(lines)-1])
+	last := strings.Fields(lastLine)
 	runEnv := env
 	for len(last) > 0 && strings.Contains(last[0], "=") {
 		runEnv = append(runEnv, last[0])
@@ -175,5 +197,46 @@ func TestReadmeQuickStartRunsAsPrinted(t *testing.T) {
 	}
 	if g := st.Partitions[0].Groups[0]; g.Group != "billing" || g.Cursor != 3 || g.Leased {
 		t.Fatalf("after the quick start: %+v", g)
+	}
+}
+
+// The outbox and the inbox, as printed in "Inside your own transaction":
+// its commands in a new module, against a sidecar and its database; the
+// program run for two orders, then for the first again, whose INSERT
+// fails and which pushes nothing.
+func TestReadmeInsideYourOwnTransactionRunsAsPrinted(t *testing.T) {
+	commands, program := readmeProgram(t, "Inside your own transaction")
+	dbURL := pgtest.NewDatabase(t)
+	socket := serveOn(t, dbURL, sidecar.Options{})
+	dir, last, env := inNewModule(t, commands, program, socket, "DATABASE_URL="+dbURL)
+	if !strings.HasSuffix(last, " 1001") {
+		t.Fatalf("the last command does not end with the order 1001: %s", last)
+	}
+	run := func(order string) (string, error) {
+		t.Helper()
+		line := strings.TrimSuffix(last, "1001") + order
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // compiled first
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "sh", "-ec", line)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("1001"); err != nil || out != "order 1001: queued at offset 0 of customer-42\nbilled order 1001: 250\n" {
+		t.Fatalf("order 1001: %v\n%s", err, out)
+	}
+	if out, err := run("1002"); err != nil || out != "order 1002: queued at offset 1 of customer-42\nbilled order 1002: 250\n" {
+		t.Fatalf("order 1002: %v\n%s", err, out)
+	}
+	if out, err := run("1001"); err == nil || !strings.Contains(out, "duplicate key") || strings.Contains(out, "queued") {
+		t.Fatalf("order 1001 again: %v\n%s", err, out)
+	}
+	c := dial(t, socket)
+	st, err := c.Stats(context.Background(), "order-created")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := st.Partitions[0]; p.HeadOffset != 2 || p.Groups[0].Cursor != 2 {
+		t.Fatalf("after the three runs: %+v", p)
 	}
 }
