@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -665,8 +666,8 @@ func TestTheReadmesSQLRunsAsPrinted(t *testing.T) {
 	_, section, _ := strings.Cut(string(readme), "## Inside your own transaction\n")
 	section, _, _ = strings.Cut(section, "\n## ")
 	blocks := regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(section, -1)
-	if len(blocks) != 2 {
-		t.Fatalf("%d SQL blocks in the section, want the outbox and the inbox", len(blocks))
+	if len(blocks) != 3 {
+		t.Fatalf("%d SQL blocks in the section, want the outbox, the batch and the inbox", len(blocks))
 	}
 	if _, err := ts.pool.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, sku text NOT NULL);
 		CREATE TABLE billed (order_id bigint PRIMARY KEY)`); err != nil {
@@ -677,13 +678,20 @@ func TestTheReadmesSQLRunsAsPrinted(t *testing.T) {
 			t.Fatalf("%s\n%v", b[1], err)
 		}
 	}
-	res := mustPop(t, c, protocol.PopArgs{Queue: "orders", Batch: 10})
-	var order struct {
-		ID  int64  `msgpack:"id"`
-		SKU string `msgpack:"sku"`
+	res := mustPop(t, c, protocol.PopArgs{Queue: "orders", Batch: 10, Partitions: 2})
+	var got []string
+	for _, m := range res.Messages {
+		var order struct {
+			ID  int64  `msgpack:"id"`
+			SKU string `msgpack:"sku"`
+		}
+		if err := m.Decode(&order); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s@%d %s %d %s", m.Partition, m.Offset, m.TransactionID, order.ID, order.SKU))
 	}
-	if len(res.Messages) != 1 || res.Messages[0].Decode(&order) != nil || order.ID != 1001 || res.Messages[0].Partition != "customer-42" ||
-		res.Messages[0].TransactionID != "order-1001" {
-		t.Fatalf("the outbox's message: %+v, %+v", res.Messages, order)
+	sort.Strings(got)
+	if want := "[customer-42@0 order-1001 1001 A1 customer-42@1 order-1002 1002 B2 customer-7@0 order-1003 1003 C3]"; fmt.Sprint(got) != want {
+		t.Fatalf("the outbox's messages: %v, want %s", got, want)
 	}
 }
