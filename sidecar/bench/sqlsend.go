@@ -14,11 +14,11 @@ import (
 // cfg.PayloadBytes over cfg.Partitions partitions, cfg.Connections
 // connections) sent without the sidecar, from the application's own
 // transactions, through the SQL API: cfg.Batch messages a transaction,
-// each one queenside.send, the transaction's statements sent together.
-// Beside push in one run, it says what a message costs pushed from SQL
-// (the outbox) against the sidecar's batched pushes.
+// in one queenside.send_batch, as the clients' PushTx sends a queue's
+// items. Beside push in one run, it says what a message costs pushed from
+// SQL (the outbox) against the sidecar's batched pushes.
 
-const sqlSend = `SELECT FROM queenside.send($1, $2, $3, $4)`
+const sqlSendBatch = `SELECT FROM queenside.send_batch($1, $2, $3, $4)`
 
 func (b *bench) scenarioSQLSend(ctx context.Context) (r Result) {
 	r = Result{Name: ScenarioSQLSend}
@@ -28,14 +28,18 @@ func (b *bench) scenarioSQLSend(ctx context.Context) (r Result) {
 	}
 	queue := b.queue(ScenarioSQLSend)
 	b.runSQLBatches(ctx, &r, func(c *pgx.Conn, from, n int64) error {
+		payloads := make([][]byte, n)
+		partitions := make([]string, n)
+		txids := make([]string, n)
+		now := time.Now()
+		for k := range n {
+			payloads[k] = b.pay.stamped(now)
+			partitions[k] = "p" + strconv.FormatInt((from+k)%int64(b.cfg.Partitions), 10)
+			txids[k] = b.runID + "-sqlsend-" + strconv.FormatInt(from+k, 10)
+		}
 		err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-			var sends pgx.Batch
-			now := time.Now()
-			for k := from; k < from+n; k++ {
-				sends.Queue(sqlSend, queue, b.pay.stamped(now), "p"+strconv.FormatInt(k%int64(b.cfg.Partitions), 10),
-					b.runID+"-sqlsend-"+strconv.FormatInt(k, 10))
-			}
-			return tx.SendBatch(ctx, &sends).Close()
+			_, err := tx.Exec(ctx, sqlSendBatch, queue, payloads, partitions, txids)
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
