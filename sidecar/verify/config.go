@@ -136,8 +136,16 @@ func DefaultConfig() Config {
 	}
 }
 
-// dedupWindowSeconds is the deduplication window of every queue of the run.
-const dedupWindowSeconds = 300
+// DedupWindowSeconds is the deduplication window of every queue of the
+// run. Exact deduplication holds inside the window (the seed), and a push
+// whose commit was left in doubt by a fault is replayed from its spool
+// once the fault ends: the window covers the longest fault twice over
+// (the outage, then its drain) and 5 minutes more, so that every such
+// replay is judged inside it. A window shorter than an outage lets the
+// replay of a commit in doubt store the message again, as documented.
+func (c Config) DedupWindowSeconds() int {
+	return 300 + int(2*c.PGDown.Seconds())
+}
 
 // Events is the number of events the loader pushes.
 func (c Config) Events() int64 {

@@ -19,7 +19,7 @@ func printHeader(out io.Writer, rep *Report, plan []plannedFault) {
 	fmt.Fprintf(out, "  %d sidecars, %d stages, %d partitions, %d events/s for %v (%d events), %d consumers per stage and for the checker\n",
 		c.Sidecars, c.Stages, c.Partitions, c.Rate, c.Duration, c.Events(), c.Consumers)
 	fmt.Fprintf(out, "  lease %d s, dedup window %d s, pop batch %d over up to %d partitions, long-poll %d ms\n",
-		c.LeaseSeconds, dedupWindowSeconds, c.PopBatch, c.PopPartitions, c.WaitMs)
+		c.LeaseSeconds, c.DedupWindowSeconds(), c.PopBatch, c.PopPartitions, c.WaitMs)
 	if c.Citus {
 		fmt.Fprintf(out, "  on Citus: the sidecars on the coordinator, the schema over %d shards on %d workers\n", schema.DefaultShardCount, c.CitusWorkers)
 	}

@@ -126,7 +126,7 @@ func (r *run) configureQueues(ctx context.Context) error {
 	defer c.Close()
 	opts := queenside.DefaultQueueOptions()
 	opts.LeaseSeconds = r.cfg.LeaseSeconds
-	opts.DedupWindowSeconds = dedupWindowSeconds
+	opts.DedupWindowSeconds = r.cfg.DedupWindowSeconds()
 	for i := 1; i <= r.cfg.Stages+1; i++ {
 		if _, err := c.Configure(ctx, queueName(r.runID, i), opts); err != nil {
 			return fmt.Errorf("configure %s: %w", queueName(r.runID, i), err)
