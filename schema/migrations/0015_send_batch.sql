@@ -45,6 +45,7 @@ DECLARE
     n              integer := coalesce(cardinality(p_payloads), 0);
     v_names        text[];
     v_txids        text[];
+    v_hashes       uuid[];
     v_mids         uuid[];
     v_headers      bytea[];
     v_status       text[];
@@ -54,9 +55,13 @@ DECLARE
     v_h            jsonb;
     v_encrypted    boolean;
     m              integer[]; -- a partition's messages, as indexes into p_payloads
+    v_p_txids      text[];    -- a partition's messages' transaction ids,
+    v_p_hashes     uuid[];    -- their hashes,
+    v_p_mids       uuid[];    -- message ids,
+    v_p_payloads   bytea[];   -- payloads,
+    v_traces       text[];    -- trace ids
+    v_part_headers bytea[];   -- and headers, in order
     v_leaders      integer[];
-    v_traces       text[];
-    v_part_headers bytea[];
     v_dup          integer;
     v_next         bigint;
     i              integer;
@@ -80,6 +85,7 @@ BEGIN
     v_names := array_fill('Default'::text, ARRAY[n]);
     v_txids := array_fill(NULL::text, ARRAY[n]);
     v_headers := array_fill(NULL::bytea, ARRAY[n]);
+    v_hashes := array_fill(NULL::uuid, ARRAY[n]);
     FOR i IN 1 .. n LOOP
         IF p_payloads[i] IS NULL THEN
             PERFORM queenside.refuse('invalid_argument', format('message %s: payload is required (msgpack nil, ''\xc0'', is a payload)', i));
@@ -92,6 +98,7 @@ BEGIN
             PERFORM queenside.refuse('invalid_argument', format('message %s: transaction_id must be 1..256 bytes', i));
         END IF;
         v_txids[i] := coalesce(p_transaction_ids[i], gen_random_uuid()::text);
+        v_hashes[i] := queenside.transaction_hash(v_txids[i]);
         IF octet_length(p_trace_ids[i]) NOT BETWEEN 1 AND 256 THEN
             PERFORM queenside.refuse('invalid_argument', format('message %s: trace_id must be 1..256 bytes', i));
         END IF;
@@ -146,28 +153,36 @@ BEGIN
          ORDER BY e.o_id
     LOOP
         m := part.msgs;
-        -- queenside.push's leaders: a message's first position in the call
-        -- with the same hash; NULL when nothing repeats.
-        v_leaders := ARRAY(SELECT min(k) OVER (PARTITION BY v_txids[m[k]]) FROM generate_subscripts(m, 1) AS k ORDER BY k);
-        IF v_leaders = ARRAY(SELECT generate_subscripts(m, 1)) THEN
-            v_leaders := NULL;
+        IF cardinality(m) = n THEN -- the whole batch: its arrays as they are
+            v_p_txids := v_txids;
+            v_p_hashes := v_hashes;
+            v_p_mids := v_mids;
+            v_p_payloads := p_payloads;
+            v_traces := p_trace_ids;
+            v_part_headers := v_headers;
+        ELSE
+            SELECT array_agg(v_txids[x] ORDER BY o), array_agg(v_hashes[x] ORDER BY o), array_agg(v_mids[x] ORDER BY o),
+                   array_agg(p_payloads[x] ORDER BY o), array_agg(p_trace_ids[x] ORDER BY o), array_agg(v_headers[x] ORDER BY o)
+              INTO v_p_txids, v_p_hashes, v_p_mids, v_p_payloads, v_traces, v_part_headers
+              FROM unnest(m) WITH ORDINALITY AS u (x, o);
         END IF;
-        v_traces := ARRAY(SELECT p_trace_ids[x] FROM unnest(m) WITH ORDINALITY AS u (x, o) ORDER BY o);
-        IF NOT EXISTS (SELECT FROM unnest(v_traces) AS t WHERE t IS NOT NULL) THEN
+        IF cardinality(array_remove(v_traces, NULL)) = 0 THEN
             v_traces := NULL; -- none, as a sidecar passes none
         END IF;
-        v_part_headers := ARRAY(SELECT v_headers[x] FROM unnest(m) WITH ORDINALITY AS u (x, o) ORDER BY o);
-        IF NOT EXISTS (SELECT FROM unnest(v_part_headers) AS hd WHERE hd IS NOT NULL) THEN
+        IF cardinality(array_remove(v_part_headers, NULL)) = 0 THEN
             v_part_headers := NULL;
+        END IF;
+        -- queenside.push's leaders: a message's first position in the call
+        -- with the same transaction id; NULL when none repeats.
+        v_leaders := NULL;
+        IF cardinality(m) > 1 THEN
+            IF (SELECT count(DISTINCT t) FROM unnest(v_p_txids) AS t) < cardinality(m) THEN
+                v_leaders := ARRAY(SELECT min(k) OVER (PARTITION BY v_p_txids[k]) FROM generate_subscripts(m, 1) AS k ORDER BY k);
+            END IF;
         END IF;
         SELECT * INTO r
           FROM queenside.push(NULL::bigint, ARRAY[part.id], ARRAY[1], ARRAY[cardinality(m)], array_fill(1, ARRAY[cardinality(m)]),
-                              ARRAY(SELECT queenside.transaction_hash(v_txids[x]) FROM unnest(m) WITH ORDINALITY AS u (x, o) ORDER BY o),
-                              v_leaders,
-                              ARRAY(SELECT v_mids[x] FROM unnest(m) WITH ORDINALITY AS u (x, o) ORDER BY o),
-                              ARRAY(SELECT v_txids[x] FROM unnest(m) WITH ORDINALITY AS u (x, o) ORDER BY o),
-                              ARRAY(SELECT p_payloads[x] FROM unnest(m) WITH ORDINALITY AS u (x, o) ORDER BY o),
-                              v_traces, v_part_headers);
+                              v_p_hashes, v_leaders, v_p_mids, v_p_txids, v_p_payloads, v_traces, v_part_headers);
         -- Outcomes as the sidecar's (store/push.go, pushCall.outcomes):
         -- with deduplication on, a repeat is a duplicate of its leader's
         -- outcome and a message stored already of its original; every
