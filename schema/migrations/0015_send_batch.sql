@@ -229,8 +229,11 @@ CREATE OR REPLACE FUNCTION queenside.send(p_queue text, p_payload bytea, p_parti
                                           p_trace_id text DEFAULT NULL,
                                           OUT status text, OUT "offset" bigint, OUT message_id uuid, OUT transaction_id text)
 RETURNS record
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-    SELECT * FROM queenside.send_batch(p_queue, ARRAY[p_payload], ARRAY[p_partition], ARRAY[p_transaction_id],
-                                       ARRAY[p_headers], ARRAY[p_trace_id])
+BEGIN
+    SELECT b.status, b."offset", b.message_id, b.transaction_id INTO status, "offset", message_id, transaction_id
+      FROM queenside.send_batch(p_queue, ARRAY[p_payload], ARRAY[p_partition], ARRAY[p_transaction_id],
+                                ARRAY[p_headers], ARRAY[p_trace_id]) b;
+END;
 $$;
