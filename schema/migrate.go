@@ -172,7 +172,8 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 // records the oldest schema whose sidecars may still run on it: the one
 // before it. A sidecar whose newest migration is older than that refuses to
 // start, rather than call functions that may be gone. The SQL API that
-// applications call (queenside.send, send_json, ack_message, msgpack) is
+// applications call (queenside.send, send_json, send_batch,
+// send_json_batch, ack_message, msgpack, send_max_message_bytes) is
 // kept for good, not for one release: appapi_test.go holds its contract.
 
 // LockTimeout bounds the wait of a migration for each lock it takes.

@@ -591,7 +591,7 @@ export interface PushTxResult extends PushResult {
 
 /**
  * Pushes items (as push takes them) in the transaction pgClient is in, one
- * `queenside.send` statement per item: the messages commit or roll back
+ * `queenside.send_batch` statement a queue: the messages commit or roll back
  * with the app's own writes (the outbox). Never begins or commits. Payloads
  * are encoded as push encodes them; headers go as a JSON object. Rejects
  * with InvalidArgumentError, UnavailableError or UnsupportedError (the
