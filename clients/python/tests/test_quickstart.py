@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import queue as _queue
-import re
 import shutil
 import signal
 import subprocess
@@ -21,39 +20,9 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 
 from harness import REPO, Sidecar
+from readme import printed_runs, programs, section
 
 CLIENT = REPO / "clients" / "python"
-README = CLIENT / "README.md"
-
-
-def quick_start() -> str:
-    text = README.read_text()
-    return text.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
-
-
-def programs(section: str) -> Dict[str, str]:
-    """The section's Python blocks, by the file name each one's first line gives."""
-    found: Dict[str, str] = {}
-    for block in re.findall(r"```python\n(.*?)```", section, re.S):
-        name = re.match(r"# (\w+\.py)\b", block)
-        assert name, f"a quick start block does not say its file name:\n{block}"
-        found[name.group(1)] = block
-    return found
-
-
-def printed_runs(section: str) -> List[Tuple[str, List[str]]]:
-    """The commands of the "Run them" block, each with the lines it prints
-    ("^C" marks where Ctrl-C is pressed)."""
-    block = section.split("Run them:\n\n", 1)[1].split("\n\n", 1)[0]
-    runs: List[Tuple[str, List[str]]] = []
-    for line in block.splitlines():
-        assert line.startswith("    "), line
-        line = line[4:]
-        if line.startswith("$ "):
-            runs.append((line[2:], []))
-        else:
-            runs[-1][1].append(line)
-    return runs
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +66,10 @@ def clean_env() -> Dict[str, str]:
 
 
 def test_the_quick_start_runs_as_printed(venv_python: Path, own_sidecar: Sidecar, tmp_path: Path) -> None:
-    section = quick_start()
+    text = section("Quick start")
     project = tmp_path / "project"
     project.mkdir()
-    for name, code in programs(section).items():
+    for name, code in programs(text).items():
         (project / name).write_text(code)
     env = clean_env()
     env["QUEENSIDE_SOCKET"] = own_sidecar.socket  # the README's export
@@ -110,7 +79,7 @@ def test_the_quick_start_runs_as_printed(venv_python: Path, own_sidecar: Sidecar
                            cwd=project, env=env, capture_output=True, text=True, check=True)
     assert where.stdout.startswith(str(venv_python.parent.parent)), where.stdout  # the installed client, not the sources
 
-    runs = printed_runs(section)
+    runs = printed_runs(text)
     assert [command for command, _ in runs] == ["python producer.py", "python producer.py", "python worker.py"]
     for command, printed in runs:
         program = command.split()[1]

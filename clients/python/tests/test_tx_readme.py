@@ -10,52 +10,22 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List
 
 import psycopg
 
 from harness import REPO, Sidecar
+from readme import printed_runs, programs, section
 
 import queenside
-
-README = REPO / "clients" / "python" / "README.md"
-
-
-def section() -> str:
-    text = README.read_text()
-    return text.split("\n## Inside your own transaction\n", 1)[1].split("\n## ", 1)[0]
 
 
 def sql_blocks(text: str) -> List[str]:
     return re.findall(r"```sql\n(.*?)```", text, re.S)
 
 
-def programs(text: str) -> Dict[str, str]:
-    """The section's Python blocks, by the file name each one's first line gives."""
-    found: Dict[str, str] = {}
-    for block in re.findall(r"```python\n(.*?)```", text, re.S):
-        name = re.match(r"# (\w+\.py)\b", block)
-        assert name, f"a block does not say its file name:\n{block}"
-        found[name.group(1)] = block
-    return found
-
-
-def printed_runs(text: str) -> List[Tuple[str, List[str]]]:
-    """The commands of the "Run them" block, each with the lines it prints."""
-    block = text.split("Run them:\n\n", 1)[1].split("\n\n", 1)[0]
-    runs: List[Tuple[str, List[str]]] = []
-    for line in block.splitlines():
-        assert line.startswith("    "), line
-        line = line[4:]
-        if line.startswith("$ "):
-            runs.append((line[2:], []))
-        else:
-            runs[-1][1].append(line)
-    return runs
-
-
 def test_the_outbox_and_the_inbox_run_as_printed(sidecar: Sidecar, database_url: str, tmp_path: Path) -> None:
-    text = section()
+    text = section("Inside your own transaction")
     [tables] = sql_blocks(text)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(tables)
