@@ -14,20 +14,16 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { promisify } from 'node:util';
 import { REPO_ROOT, testSidecars } from './harness.js';
+import { fencedBlocks, readmeSection, userEnv } from './readme.js';
 
 const run = promisify(execFile);
 
 const PLACEHOLDER = '/path/to/queenside';
 const PLACEHOLDER_SOCKET = `${PLACEHOLDER}/.queenside/queenside.sock`;
 
-/** The fenced blocks of the README's "Quick start" section, in order: {lang, text}. */
+/** The quick start's fenced blocks, in order, up to its first subsection: what follows it are snippets, not the program. */
 function quickStartBlocks() {
-  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-  const section = /^## Quick start\n([\s\S]*?)^## /m.exec(readme)?.[1];
-  assert.ok(section, 'the README has a "Quick start" section');
-  // Up to the first subsection: what follows it are snippets, not the program.
-  const own = section.split(/^### /m)[0];
-  return [...own.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)].map(([, lang, text]) => ({ lang, text }));
+  return fencedBlocks(readmeSection('Quick start').split(/^### /m)[0]);
 }
 
 let sidecars;
@@ -40,16 +36,6 @@ after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
   await sidecars?.stop();
 });
-
-// The user's environment, not this test run's: npm test sets npm_config_*
-// (a --prefix among them) that would send the install elsewhere.
-function userEnv() {
-  const env = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (!/^npm_/i.test(k) && !k.startsWith('QUEENSIDE_') && !k.startsWith('NODE_TEST')) env[k] = v;
-  }
-  return env;
-}
 
 function shell(script, cwd) {
   const text = script.replaceAll(PLACEHOLDER_SOCKET, sidecars.socket).replaceAll(PLACEHOLDER, REPO_ROOT.replace(/\/$/, ''));

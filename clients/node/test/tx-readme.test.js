@@ -7,25 +7,18 @@
 // URL becomes the test database's, the socket the test sidecar's.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { testSidecars } from './harness.js';
+import { fencedBlocks, readmeSection, userEnv } from './readme.js';
 
 const run = promisify(execFile);
 const PACKAGE_DIR = fileURLToPath(new URL('..', import.meta.url));
 const PLACEHOLDER_SOCKET = '/path/to/queenside/.queenside/queenside.sock';
-
-/** The fenced blocks of the README's "Inside your own transaction" section, in order: {lang, text}. */
-function sectionBlocks() {
-  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-  const section = /^## Inside your own transaction\n([\s\S]*?)^## /m.exec(readme)?.[1];
-  assert.ok(section, 'the README has an "Inside your own transaction" section');
-  return [...section.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)].map(([, lang, text]) => ({ lang, text }));
-}
 
 let sidecars;
 let dir;
@@ -38,18 +31,9 @@ after(async () => {
   await sidecars?.stop();
 });
 
-// The user's environment, not this test run's.
-function userEnv() {
-  const env = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (!/^npm_/i.test(k) && !k.startsWith('QUEENSIDE_') && !k.startsWith('NODE_TEST') && !k.startsWith('PG')) env[k] = v;
-  }
-  return env;
-}
-
 test('the outbox and the inbox, as printed', { timeout: 60_000 }, async () => {
   assert.ok(sidecars.databaseUrl, 'queenside dev printed the URL of its database');
-  const blocks = sectionBlocks();
+  const blocks = fencedBlocks(readmeSection('Inside your own transaction'));
   const files = blocks.filter((b) => b.lang === 'sql' || b.lang === 'js');
   const names = files.map(({ text }) => /^(?:--|\/\/) (\S+)\n/.exec(text)?.[1]);
   assert.deepEqual(names, ['tables.sql', 'outbox.mjs', 'inbox.mjs'], 'each file\'s first line names it');
