@@ -34,6 +34,7 @@ const (
 	ScenarioReplay     = "replay"
 	ScenarioConsume    = "consume"
 	ScenarioAckAsync   = "ackasync"
+	ScenarioHeld       = "held"
 )
 
 // Scenarios returns the scenarios a run does by default, in the order Run
@@ -46,15 +47,16 @@ func Scenarios() []string {
 // allScenarios is every scenario, in the order Run runs them.
 func allScenarios() []string {
 	return []string{ScenarioPush, ScenarioInsert, ScenarioSQLSend, ScenarioPopAck, ScenarioAutoAck, ScenarioConsume, ScenarioAckAsync, ScenarioMixed,
-		ScenarioCurve, ScenarioIdle, ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioFloor, ScenarioSoak,
+		ScenarioCurve, ScenarioIdle, ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioHeld, ScenarioFloor, ScenarioSoak,
 		ScenarioSpool, ScenarioReplay}
 }
 
 // onRequest names the scenarios that run only when named: soak takes
-// minutes, not seconds; consume and ackasync compare the Go client's
-// consume loop with and without AckAsync (consumeloop.go).
+// minutes, not seconds, and held pushes and drains twice a backlog of a
+// million; consume and ackasync compare the Go client's consume loop with
+// and without AckAsync (consumeloop.go).
 func onRequest(name string) bool {
-	return name == ScenarioSoak || name == ScenarioConsume || name == ScenarioAckAsync
+	return name == ScenarioSoak || name == ScenarioHeld || name == ScenarioConsume || name == ScenarioAckAsync
 }
 
 // stopsPostgres names the scenarios that stop and restart PostgreSQL: they
@@ -111,6 +113,13 @@ type Config struct {
 	ScalePartitions int `json:"scale-partitions"`
 	FanoutGroups    int `json:"fanout-groups"`
 	FanoutMessages  int `json:"fanout-messages"`
+
+	// The held scenario: a backlog of HeldMessages over HeldPartitions,
+	// drained with every partition free and with HeldBack heads leased
+	// and never acked (held.go).
+	HeldMessages   int `json:"held-messages"`
+	HeldPartitions int `json:"held-partitions"`
+	HeldBack       int `json:"held-back"`
 
 	// The floor: the row writes mixed's traffic needs at the least, as
 	// plain SQL (see floor.go).
@@ -193,6 +202,9 @@ func DefaultConfig() Config {
 		ScalePartitions:    10_000,
 		FanoutGroups:       5,
 		FanoutMessages:     100_000,
+		HeldMessages:       1_000_000,
+		HeldPartitions:     1000,
+		HeldBack:           100,
 		// mixed's traffic: 1,000 partitions, and 25 ms of it at 40,000 msg/s
 		// in each push transaction (a quarter of the 100 ms delivery target
 		// spent gathering it).
@@ -277,6 +289,9 @@ func (c Config) Validate() error {
 		{"scale-partitions", c.ScalePartitions, 1, 1 << 30},
 		{"fanout-groups", c.FanoutGroups, 1, 1000},
 		{"fanout-messages", c.FanoutMessages, 1, 1 << 30},
+		{"held-messages", c.HeldMessages, 1, 1 << 30},
+		{"held-partitions", c.HeldPartitions, 1, 1 << 30},
+		{"held-back", c.HeldBack, 0, c.HeldPartitions - 1},
 		{"floor-partitions", c.FloorPartitions, 1, 1 << 30},
 		{"floor-transaction-messages", c.FloorTransactionMessages, 1, 1 << 20},
 		{"floor-lease-messages", c.FloorLeaseMessages, 0, 1 << 20},

@@ -52,7 +52,7 @@ func (b *bench) consumeScenario(ctx context.Context, name string, autoAck bool) 
 // connections; its rate counts deliveries over all groups.
 func (b *bench) scenarioFanout(ctx context.Context) Result {
 	r := Result{Name: ScenarioFanout}
-	bl, err := b.prepareBacklog(ctx, ScenarioFanout, int64(b.cfg.FanoutMessages))
+	bl, err := b.prepareBacklog(ctx, ScenarioFanout, int64(b.cfg.FanoutMessages), b.cfg.Partitions)
 	if err != nil {
 		r.setupFailed(err)
 		return r
@@ -70,7 +70,7 @@ func (b *bench) scenarioFanout(ctx context.Context) Result {
 // push did not run in this invocation.
 func (b *bench) ensureBacklog(ctx context.Context) (*backlog, error) {
 	if b.backlog == nil {
-		bl, err := b.prepareBacklog(ctx, "backlog", int64(b.cfg.Messages))
+		bl, err := b.prepareBacklog(ctx, "backlog", int64(b.cfg.Messages), b.cfg.Partitions)
 		if err != nil {
 			return nil, err
 		}
@@ -79,9 +79,9 @@ func (b *bench) ensureBacklog(ctx context.Context) (*backlog, error) {
 	return b.backlog, nil
 }
 
-// prepareBacklog pushes n messages over cfg.Partitions into a fresh queue,
-// outside any measurement.
-func (b *bench) prepareBacklog(ctx context.Context, name string, n int64) (*backlog, error) {
+// prepareBacklog pushes n messages over the given number of partitions
+// into a fresh queue, outside any measurement.
+func (b *bench) prepareBacklog(ctx context.Context, name string, n int64, partitions int) (*backlog, error) {
 	queue := b.queue(name)
 	conns, done, err := dial(ctx, b.socket, b.cfg.Connections)
 	if err != nil {
@@ -92,7 +92,7 @@ func (b *bench) prepareBacklog(ctx context.Context, name string, n int64) (*back
 		return nil, err
 	}
 	fmt.Fprintf(b.out, "  (preparing: pushing %d messages to %s, not measured)\n", n, queue)
-	t := b.pushAll(ctx, conns, b.newBatcher(queue, name, b.cfg.Partitions), n)
+	t := b.pushAll(ctx, conns, b.newBatcher(queue, name, partitions), n)
 	return &backlog{queue: queue, messages: t.messages, prep: t}, nil
 }
 

@@ -100,6 +100,8 @@ type Result struct {
 
 	// Soak is the soak's samples of the tables, and its verdict on them.
 	Soak *SoakReport `json:"soak,omitempty"`
+	// Held is what the held scenario measured.
+	Held *HeldReport `json:"held,omitempty"`
 }
 
 // absorb fills r from the merged tally of its workers; latencyOf names the

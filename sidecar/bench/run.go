@@ -49,6 +49,7 @@ var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioLatency:    (*bench).scenarioLatency,
 	ScenarioPartitions: (*bench).scenarioPartitions,
 	ScenarioFanout:     (*bench).scenarioFanout,
+	ScenarioHeld:       (*bench).scenarioHeld,
 	ScenarioFloor:      (*bench).scenarioFloor,
 	ScenarioSoak:       (*bench).scenarioSoak,
 	ScenarioSpool:      (*bench).scenarioSpool,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,7 +57,8 @@ func (b *bench) scenarioSoak(ctx context.Context) Result {
 	defer db.Close(context.Background())
 
 	b.printSoakHeader(opts)
-	w := soakWatch{b: b, db: db, client: consumers[len(consumers)-1], queue: queue, group: ScenarioSoak, t: newTally()}
+	w := soakWatch{b: b, db: db, client: consumers[len(consumers)-1], queue: queue, group: ScenarioSoak, t: newTally(),
+		deliveries: &deliveryLog{}}
 	consumers = consumers[:len(consumers)-1]
 	bt := b.newBatcher(queue, ScenarioSoak, b.cfg.SoakPartitions)
 	m := b.probe.start()
@@ -69,6 +71,7 @@ func (b *bench) scenarioSoak(ctx context.Context) Result {
 		args := queenside.PopArgs{Queue: queue, Group: ScenarioSoak, Batch: b.cfg.PopBatch,
 			Partitions: min(b.cfg.SoakPartitions, b.cfg.MixedPopPartitions)}
 		consumed = workers(consumers, b.cfg.Inflight, func(_ int, c *queenside.Client, t *tally) {
+			t.shared = w.deliveries
 			consumeUntil(ctx, c, t, args, b.cfg.MixedWaitMs, end)
 		})
 	})
@@ -80,6 +83,7 @@ func (b *bench) scenarioSoak(ctx context.Context) Result {
 	r.absorb(pushed.merge(consumed, w.t), "push")
 
 	rep := checkSoak(w.samples, b.cfg.SoakWarmup)
+	rep.FirstMinute, rep.LastMinute = w.minute(0, time.Minute), w.minute(b.cfg.SoakDuration-time.Minute, b.cfg.SoakDuration)
 	r.Soak = &rep
 	for _, v := range rep.Violations { // a table that grew fails the run
 		r.Errors++
@@ -101,6 +105,42 @@ type soakWatch struct {
 	start   time.Time
 	samples []SoakSample
 	t       *tally // errors of sampling
+	// deliveries receives the consumers' delivery times; each sample takes
+	// those of its window into windows (windows[i] ends at samples[i]).
+	deliveries *deliveryLog
+	windows    [][]time.Duration
+}
+
+// minute is what the samples from..to after the start saw: PostgreSQL's
+// CPU a message consumed, and the delivery p99 of the windows ending in it.
+// A sample is taken a little after its time: half a period of slack at
+// either end keeps it in.
+func (w *soakWatch) minute(from, to time.Duration) *SoakWindow {
+	var first, last *SoakSample
+	var d []time.Duration
+	slack := w.b.cfg.SoakSample / 2
+	for i := range w.samples {
+		s := &w.samples[i]
+		at := time.Duration(s.Seconds * float64(time.Second))
+		if at < from-slack || at > to+slack {
+			continue
+		}
+		if first == nil {
+			first = s
+			continue // its window ended before from
+		}
+		last = s
+		d = append(d, w.windows[i]...)
+	}
+	if first == nil || last == nil || last.Consumed <= first.Consumed || len(d) == 0 {
+		return nil
+	}
+	win := &SoakWindow{From: first.Seconds, To: last.Seconds, Consumed: last.Consumed - first.Consumed,
+		DeliveryP99Ms: ms(percentile(slices.Sorted(slices.Values(d)), 0.99))}
+	if first.PostgresCPUSeconds != nil && last.PostgresCPUSeconds != nil {
+		win.PostgresMicros = (*last.PostgresCPUSeconds - *first.PostgresCPUSeconds) * 1e6 / float64(win.Consumed)
+	}
+	return win
 }
 
 // sampleUntil samples at the start and every cfg.SoakSample until end.
@@ -124,6 +164,10 @@ func (w *soakWatch) sample(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s := SoakSample{Seconds: time.Since(w.start).Seconds()}
+	if pg := w.b.probe.sample().postgres; pg != nil {
+		s.PostgresCPUSeconds = ptr(float64(*pg) / w.b.probe.hz)
+	}
+	window := w.deliveries.take()
 	var err error
 	if s.Tables, err = readTables(ctx, w.db); err != nil {
 		w.t.failf("sample: %v", err)
@@ -143,6 +187,16 @@ func (w *soakWatch) sample(ctx context.Context) {
 			}
 		}
 	}
+	if len(window) > 0 {
+		s.DeliveryP99Ms = ms(percentile(slices.Sorted(slices.Values(window)), 0.99))
+	}
+	if n := len(w.samples); n > 0 {
+		prev := w.samples[n-1]
+		if prev.PostgresCPUSeconds != nil && s.PostgresCPUSeconds != nil && s.Consumed > prev.Consumed {
+			s.PostgresMicros = (*s.PostgresCPUSeconds - *prev.PostgresCPUSeconds) * 1e6 / float64(s.Consumed-prev.Consumed)
+		}
+	}
 	w.samples = append(w.samples, s)
+	w.windows = append(w.windows, window)
 	w.b.printSoakSample(s)
 }

@@ -67,6 +67,13 @@ func TestSoak(t *testing.T) {
 	if last.Pushed < int64(cfg.SoakRate)*50 || last.Consumed < last.Pushed*9/10 || last.Retained > last.Pushed/5 {
 		t.Errorf("at the end: pushed %d, consumed %d, retained %d", last.Pushed, last.Consumed, last.Retained)
 	}
+	// The first and last minutes' costs, to tell whether they held.
+	for name, w := range map[string]*SoakWindow{"first": r.Soak.FirstMinute, "last": r.Soak.LastMinute} {
+		if w == nil || w.Consumed < int64(cfg.SoakRate)*30 || w.DeliveryP99Ms <= 0 ||
+			(last.PostgresCPUSeconds != nil && w.PostgresMicros <= 0) {
+			t.Errorf("the %s minute: %+v", name, w)
+		}
+	}
 }
 
 // shortenNaptime sets autovacuum_naptime on pgtest's server for the test.
@@ -86,4 +93,65 @@ func shortenNaptime(t *testing.T, naptime string) {
 			}
 		}
 	})
+}
+
+// TestHeldScenario drains a small backlog twice, the second time with some
+// partitions' heads leased and never acked, and checks that each drain took
+// what it could and nothing else.
+func TestHeldScenario(t *testing.T) {
+	bin := buildSidecar(t)
+	cfg := DefaultConfig()
+	cfg.DatabaseURL = pgtest.NewDatabase(t)
+	cfg.SidecarBinary = bin
+	cfg.Out = ""
+	cfg.Scenarios = []string{ScenarioHeld}
+	cfg.HeldMessages, cfg.HeldPartitions, cfg.HeldBack = 3000, 30, 3
+	var out bytes.Buffer
+	cfg.Output = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	r := rep.Scenarios[0]
+	if r.Name != ScenarioHeld || r.Failed || r.Errors != 0 || r.Held == nil {
+		t.Fatalf("held: %+v", r)
+	}
+	// 100 messages a partition: the held drain leaves the 3 held ones whole.
+	if r.Held.Free.Messages != 3000 || r.Held.Held.Messages != 2700 {
+		t.Errorf("drained %d and %d messages, want 3000 and 2700", r.Held.Free.Messages, r.Held.Held.Messages)
+	}
+	if r.SidecarCPUSeconds != nil && r.PostgresCPUSeconds != nil &&
+		(r.Held.Free.PostgresMicros <= 0 || r.Held.Held.PostgresMicros <= 0) {
+		t.Errorf("PostgreSQL's CPU a message not reported: %+v", r.Held)
+	}
+	db := pgtest.Pool(t, cfg.DatabaseURL)
+	rows, err := db.Query(ctx, `
+		SELECT p.name, c.committed, c.lease_id IS NOT NULL AND c.lease_expires_at > now()
+		  FROM queenside.cursors c
+		  JOIN queenside.groups g ON g.id = c.group_id
+		  JOIN queenside.partitions p ON p.id = c.partition_id
+		 WHERE g.name = 'held-held'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for rows.Next() {
+		var name string
+		var committed int64
+		var leased bool
+		if err := rows.Scan(&name, &committed, &leased); err != nil {
+			t.Fatal(err)
+		}
+		held := name == "p0" || name == "p1" || name == "p2"
+		if held && (committed != 0 || !leased) || !held && committed != 100 {
+			t.Errorf("partition %s: cursor at %d, leased %v", name, committed, leased)
+		}
+		names = append(names, name)
+	}
+	if rows.Err() != nil || len(names) != 30 {
+		t.Errorf("%d cursors of the held group (%v), want 30", len(names), rows.Err())
+	}
 }

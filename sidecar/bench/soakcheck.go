@@ -37,6 +37,23 @@ type SoakSample struct {
 	Consumed int64                  `json:"consumed"` // the group's cursors, summed
 	Retained int64                  `json:"retained"` // messages stats reports retained
 	Tables   map[string]TableSample `json:"tables"`
+	// PostgresCPUSeconds is PostgreSQL's CPU since it started; nil when it
+	// could not be read.
+	PostgresCPUSeconds *float64 `json:"postgresCpuSeconds,omitempty"`
+	// Since the sample before: PostgreSQL's CPU a message consumed (0 when
+	// unknown) and the delivery p99 (0 when nothing was delivered).
+	PostgresMicros float64 `json:"postgresMicrosPerMessage,omitempty"`
+	DeliveryP99Ms  float64 `json:"deliveryP99Ms,omitempty"`
+}
+
+// SoakWindow is what a stretch of the soak cost: PostgreSQL's CPU a
+// message consumed (0 when it could not be read) and the delivery p99.
+type SoakWindow struct {
+	From           float64 `json:"from"` // seconds since the soak started
+	To             float64 `json:"to"`
+	Consumed       int64   `json:"consumed"`
+	PostgresMicros float64 `json:"postgresMicrosPerMessage"`
+	DeliveryP99Ms  float64 `json:"deliveryP99Ms"`
 }
 
 // SoakReport is what the soak saw, and its verdict on it.
@@ -49,6 +66,10 @@ type SoakReport struct {
 	Checked    []SoakCheck `json:"checked"`
 	Unchecked  []string    `json:"unchecked,omitempty"`
 	Violations []string    `json:"violations,omitempty"`
+	// FirstMinute and LastMinute say whether the costs held over the run;
+	// nil when the run was too short to tell.
+	FirstMinute *SoakWindow `json:"firstMinute,omitempty"`
+	LastMinute  *SoakWindow `json:"lastMinute,omitempty"`
 }
 
 // SoakCheck is one measure of one table (or "retained" messages) held to

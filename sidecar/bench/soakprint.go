@@ -17,13 +17,14 @@ func (b *bench) printSoakHeader(opts queenside.QueueOptions) {
 		thousands(float64(c.SoakRate)), c.SoakDuration, c.SoakPartitions, c.PayloadBytes, c.Batch, c.Connections, c.Connections)
 	fmt.Fprintf(b.out, "  queue: completed retention %d s, retention %d s, dedup window %d s (hashes kept %v); janitor every %v; warm-up %v\n",
 		opts.CompletedRetentionSeconds, opts.RetentionSeconds, opts.DedupWindowSeconds, hashesHorizon, c.RetentionInterval, c.SoakWarmup)
-	fmt.Fprintf(b.out, "  every %v, each table: MB (heap + indexes + TOAST), live/dead tuples (dead with its TOAST table's)\n", c.SoakSample)
+	fmt.Fprintf(b.out, "  every %v: PostgreSQL's CPU a message consumed and the delivery p99 since the last look; each table: MB (heap + indexes + TOAST), live/dead tuples (dead with its TOAST table's)\n", c.SoakSample)
 }
 
 func (b *bench) printSoakSample(s SoakSample) {
 	var line strings.Builder
-	fmt.Fprintf(&line, "  %5.0fs  pushed %s  consumed %s  retained %s", s.Seconds,
-		thousands(float64(s.Pushed)), thousands(float64(s.Consumed)), thousands(float64(s.Retained)))
+	fmt.Fprintf(&line, "  %5.0fs  pushed %s  consumed %s  retained %s  pg %.0f µs/msg  p99 %.0f ms", s.Seconds,
+		thousands(float64(s.Pushed)), thousands(float64(s.Consumed)), thousands(float64(s.Retained)),
+		s.PostgresMicros, s.DeliveryP99Ms)
 	for _, name := range soakTables {
 		t := s.Tables[name]
 		fmt.Fprintf(&line, " | %s %s %s/%s", name, mb(t.TotalBytes), thousands(float64(t.LiveTuples)),
@@ -64,6 +65,14 @@ func (b *bench) printSoakSummary(rep SoakReport) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\n", c.Table, c.Measure, format(c.Reference), format(c.Peak), format(c.Bound), verdict)
 	}
 	tw.Flush()
+	if f, l := rep.FirstMinute, rep.LastMinute; f != nil && l != nil {
+		fmt.Fprintf(b.out, "\n  costs over time: PostgreSQL CPU a message consumed, delivery p99\n")
+		fmt.Fprintf(b.out, "    first minute (%3.0f-%3.0f s): %6.1f µs, %7.1f ms\n", f.From, f.To, f.PostgresMicros, f.DeliveryP99Ms)
+		fmt.Fprintf(b.out, "    last minute  (%3.0f-%3.0f s): %6.1f µs, %7.1f ms\n", l.From, l.To, l.PostgresMicros, l.DeliveryP99Ms)
+		if f.PostgresMicros > 0 && f.DeliveryP99Ms > 0 {
+			fmt.Fprintf(b.out, "    last / first: %.2f, %.2f\n", l.PostgresMicros/f.PostgresMicros, l.DeliveryP99Ms/f.DeliveryP99Ms)
+		}
+	}
 	if len(rep.Unchecked) > 0 {
 		fmt.Fprintf(b.out, "  not checked: %s; the hashes are kept %v whatever the window, and these tables grow until then by design\n",
 			strings.Join(rep.Unchecked, ", "), hashesHorizon)

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	queenside "github.com/queenside/queenside/clients/go"
@@ -27,6 +28,29 @@ type tally struct {
 	// partitions, when not nil, collects the partitions delivered from.
 	partitions   map[string]struct{}
 	lastDelivery time.Time
+	// shared, when not nil, also receives every delivery time, for a
+	// watcher that reads them while the workers run (the soak's windows).
+	shared *deliveryLog
+}
+
+// deliveryLog gathers delivery times from several workers; take empties it.
+type deliveryLog struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *deliveryLog) add(d []time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d...)
+	l.mu.Unlock()
+}
+
+func (l *deliveryLog) take() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.d
+	l.d = nil
+	return d
 }
 
 func newTally() *tally { return &tally{requests: map[string][]time.Duration{}} }
@@ -52,6 +76,7 @@ func (t *tally) delivered(msgs []queenside.Message, at time.Time) {
 	if len(msgs) > 0 {
 		t.lastDelivery = at
 	}
+	from := len(t.delivery)
 	for _, m := range msgs {
 		if t.partitions != nil {
 			t.partitions[m.Partition] = struct{}{}
@@ -65,6 +90,9 @@ func (t *tally) delivered(msgs []queenside.Message, at time.Time) {
 		if m.Redelivered {
 			t.redelivered++
 		}
+	}
+	if t.shared != nil {
+		t.shared.add(t.delivery[from:])
 	}
 }
 
