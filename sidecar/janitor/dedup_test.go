@@ -69,6 +69,44 @@ func TestAHashOutlivesItsMessage(t *testing.T) {
 	}
 }
 
+// The segments of a partition that one pass deletes keep their hashes in
+// one row, not a row each: at a trickle every segment holds one message.
+// Each hash still answers a repeat as a duplicate of its own message, and
+// all of them are purged once due.
+func TestHashesOfAPassKeptInOneRow(t *testing.T) {
+	f := newFixture(t, options(func(o *protocol.QueueOptions) {
+		o.CompletedRetentionSeconds = 1
+		o.DedupWindowSeconds = 3600
+	}))
+	f.pop("g", "", 1, true)
+	ids := []string{"order-1", "order-2", "order-3", "order-4", "order-5"}
+	var first []store.Outcome
+	for _, id := range ids { // a push each: five segments of one message
+		first = append(first, f.pushID("p", id))
+	}
+	f.pop("g", "", 10, true)
+	f.backdate(10 * time.Second)
+	if r := f.round(); r.Segments != 5 || r.Orphaned != 1 {
+		t.Fatalf("round: %+v; want the 5 consumed segments deleted and their hashes kept in one row", r)
+	}
+	if n := f.count("SELECT sum(cardinality(hashes)) FROM queenside.orphan_hashes"); n != 5 {
+		t.Fatalf("%d hashes kept, want 5", n)
+	}
+	for i, id := range ids {
+		again := f.pushID("p", id)
+		if !again.Duplicate || again.Offset != int64(i) || again.MessageID != first[i].MessageID {
+			t.Fatalf("a repeat of %s, its message deleted: %+v; want a duplicate of %+v", id, again, first[i])
+		}
+	}
+	f.backdate(2 * time.Hour)
+	if r := f.round(); r.OrphanHashes != 5 {
+		t.Fatalf("round past the window: %+v; want the 5 hashes purged", r)
+	}
+	if n, o := f.dedupRows(), f.count("SELECT count(*) FROM queenside.orphan_hashes"); n != 0 || o != 0 {
+		t.Fatalf("%d hashes and %d rows of kept hashes remain", n, o)
+	}
+}
+
 // The hashes of messages still retained are purged too, at the same horizon.
 func TestHashesOfRetainedMessagesArePurged(t *testing.T) {
 	f := newFixture(t, options(func(o *protocol.QueueOptions) {

@@ -97,7 +97,8 @@ type Round struct {
 	// Skipped is true when another janitor held the lock: nothing was done.
 	Skipped bool
 	// Segments and Messages were deleted under the retention rules;
-	// Orphaned of those segments had their hashes kept to outlive them.
+	// Orphaned rows keep the hashes of some of those segments, to outlive
+	// them: one a partition and batch.
 	Segments, Messages, Orphaned int64
 	// DedupHashes are dedup rows deleted of messages still retained,
 	// OrphanHashes of messages deleted earlier.

@@ -52,7 +52,7 @@ type ExpireBatch struct {
 	Next     *int64
 	Segments int64
 	Messages int64
-	Orphaned int64 // segments whose hashes were saved to outlive them
+	Orphaned int64 // rows keeping the hashes of deleted segments until they are due: one a partition
 }
 
 // DedupBatch is what one call of purge_dedup did: the segments and
