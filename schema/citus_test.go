@@ -194,3 +194,89 @@ func TestDistributeOnCitus(t *testing.T) {
 		t.Errorf("the %d partitions are on %d shards, want all 4", partitions, shards)
 	}
 }
+
+// Citus does not carry a column's statistics target to the shards
+// (migration 17): a schema distributed after the migration copies it, and
+// the migration sets the shards of a schema distributed before it.
+func TestStatisticsTargetsReachTheShards(t *testing.T) {
+	cluster := citustest.Start(t, 2)
+	ctx := context.Background()
+	conn := cluster.Connect(t)
+	if err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Distribute(ctx, conn, 4); err != nil {
+		t.Fatal(err)
+	}
+	// The targets on each shard of dedup and orphan_hashes: of their
+	// columns and of dedup_key's expression.
+	targets := func() []string {
+		t.Helper()
+		var got []string
+		for _, table := range []string{"dedup", "orphan_hashes"} {
+			rows, err := conn.Query(ctx, `SELECT result FROM run_command_on_placements($1, $$
+				WITH shard AS (SELECT '%s'::regclass AS oid)
+				SELECT string_agg(DISTINCT a.attstattarget::text, ',') FROM pg_attribute a
+				 WHERE a.attnum > 0 AND NOT a.attisdropped
+				   AND a.attrelid IN (SELECT oid FROM shard UNION ALL SELECT i.indexrelid FROM pg_index i, shard
+				                       WHERE i.indrelid = shard.oid AND i.indexprs IS NOT NULL)$$)`, "queenside."+table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var r string
+				if err := rows.Scan(&r); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, table+":"+r)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return got
+	}
+	check := func(when string) {
+		t.Helper()
+		got := targets()
+		if len(got) != 8 {
+			t.Fatalf("%s: %d shard placements, want 8: %v", when, len(got), got)
+		}
+		for _, g := range got {
+			if g != "dedup:1" && g != "orphan_hashes:1" {
+				t.Errorf("%s: statistics targets on the shards %v, want 1 on each", when, got)
+				return
+			}
+		}
+	}
+	check("distributed after the migration")
+
+	// As a schema distributed before it: the targets back to the default
+	// everywhere, and the migration not applied yet.
+	for _, q := range []string{
+		`SET citus.enable_ddl_propagation = off`,
+		`ALTER TABLE queenside.dedup ALTER COLUMN hash SET STATISTICS -1`,
+		`ALTER INDEX queenside.dedup_key ALTER COLUMN 1 SET STATISTICS -1`,
+		`ALTER TABLE queenside.orphan_hashes ALTER COLUMN hashes SET STATISTICS -1`,
+		`SELECT run_command_on_placements('queenside.dedup', 'ALTER TABLE %s ALTER COLUMN hash SET STATISTICS -1')`,
+		`SELECT run_command_on_placements('queenside.dedup', $$DO 'DECLARE k regclass; BEGIN
+			SELECT indexrelid INTO STRICT k FROM pg_index WHERE indrelid = ''%s''::regclass AND indexprs IS NOT NULL;
+			EXECUTE ''ALTER INDEX '' || k || '' ALTER COLUMN 1 SET STATISTICS -1''; END'$$)`,
+		`SELECT run_command_on_placements('queenside.orphan_hashes', 'ALTER TABLE %s ALTER COLUMN hashes SET STATISTICS -1')`,
+		`RESET citus.enable_ddl_propagation`,
+		`DELETE FROM queenside.schema_migrations WHERE version = 17`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, g := range targets() {
+		if g == "dedup:1" || g == "orphan_hashes:1" {
+			t.Fatalf("the targets were not reset on every shard: %s", g)
+		}
+	}
+	if err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	check("migrated when distributed")
+}

@@ -95,7 +95,7 @@ func describeTables(ctx context.Context, conn *pgx.Conn) (string, error) {
 	}
 	var b strings.Builder
 	for _, t := range tables {
-		lines, storage, err := tableBody(ctx, conn, t.oid)
+		lines, settings, err := tableBody(ctx, conn, t.oid)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -104,15 +104,20 @@ func describeTables(ctx context.Context, conn *pgx.Conn) (string, error) {
 			fmt.Fprintf(&b, " WITH (%s)", t.reloptions)
 		}
 		b.WriteString(";\n")
-		for _, s := range storage {
+		for _, s := range settings {
 			fmt.Fprintf(&b, "ALTER TABLE %s.%s %s;\n", Name, t.name, s)
 		}
+		// Each index, with the statistics target of its expressions where
+		// one is set.
 		indexes, err := strings1(ctx, conn, `
-			SELECT pg_get_indexdef(i.indexrelid) || ';'
+			SELECT pg_get_indexdef(i.indexrelid) || ';' ||
+			       coalesce((SELECT string_agg(format(E'\nALTER INDEX %I.%I ALTER COLUMN %s SET STATISTICS %s;',
+			                                          $2::text, ic.relname, a.attnum, a.attstattarget), '' ORDER BY a.attnum)
+			                   FROM pg_attribute a WHERE a.attrelid = i.indexrelid AND a.attstattarget >= 0), '')
 			  FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
 			 WHERE i.indrelid = $1
 			   AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid AND k.conrelid = i.indrelid)
-			 ORDER BY ic.relname`, t.oid)
+			 ORDER BY ic.relname`, t.oid, Name)
 		if err != nil {
 			return "", fmt.Errorf("%s: indexes: %w", t.name, err)
 		}
@@ -124,9 +129,9 @@ func describeTables(ctx context.Context, conn *pgx.Conn) (string, error) {
 	return b.String(), nil
 }
 
-// tableBody gives a table's column and constraint lines, and the storage
-// settings its columns have that their types do not.
-func tableBody(ctx context.Context, conn *pgx.Conn, oid uint32) (lines, storage []string, err error) {
+// tableBody gives a table's column and constraint lines, and the settings
+// its columns have that their types do not: storage, statistics target.
+func tableBody(ctx context.Context, conn *pgx.Conn, oid uint32) (lines, settings []string, err error) {
 	rows, err := conn.Query(ctx, `
 		SELECT a.attname, format_type(a.atttypid, a.atttypmod),
 		       a.attnotnull, a.attidentity::text, a.attgenerated::text,
@@ -134,7 +139,8 @@ func tableBody(ctx context.Context, conn *pgx.Conn, oid uint32) (lines, storage 
 		       CASE WHEN a.attstorage <> t.typstorage THEN
 		            CASE a.attstorage WHEN 'p' THEN 'PLAIN' WHEN 'e' THEN 'EXTERNAL'
 		                              WHEN 'm' THEN 'MAIN' ELSE 'EXTENDED' END
-		       ELSE '' END
+		       ELSE '' END,
+		       a.attstattarget
 		  FROM pg_attribute a
 		  JOIN pg_type t ON t.oid = a.atttypid
 		  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
@@ -146,7 +152,8 @@ func tableBody(ctx context.Context, conn *pgx.Conn, oid uint32) (lines, storage 
 	for rows.Next() {
 		var name, typ, identity, generated, def, store string
 		var notNull bool
-		if err := rows.Scan(&name, &typ, &notNull, &identity, &generated, &def, &store); err != nil {
+		var statistics int
+		if err := rows.Scan(&name, &typ, &notNull, &identity, &generated, &def, &store, &statistics); err != nil {
 			return nil, nil, err
 		}
 		line := name + " " + typ
@@ -165,7 +172,10 @@ func tableBody(ctx context.Context, conn *pgx.Conn, oid uint32) (lines, storage 
 		}
 		lines = append(lines, line)
 		if store != "" {
-			storage = append(storage, "ALTER COLUMN "+name+" SET STORAGE "+store)
+			settings = append(settings, "ALTER COLUMN "+name+" SET STORAGE "+store)
+		}
+		if statistics >= 0 { // -1: the default_statistics_target
+			settings = append(settings, fmt.Sprintf("ALTER COLUMN %s SET STATISTICS %d", name, statistics))
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -180,7 +190,7 @@ func tableBody(ctx context.Context, conn *pgx.Conn, oid uint32) (lines, storage 
 	if err != nil {
 		return nil, nil, err
 	}
-	return append(lines, constraints...), storage, nil
+	return append(lines, constraints...), settings, nil
 }
 
 // describeSequences renders the sequences no identity column owns.

@@ -1,10 +1,16 @@
 package janitor
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/pgtest"
 	"github.com/queenside/queenside/sidecar/store"
 )
 
@@ -184,5 +190,88 @@ func TestHashHorizon(t *testing.T) {
 					c.age, c.window, c.completed, purged, c.purged)
 			}
 		})
+	}
+}
+
+// dedup and orphan_hashes grow for as long as the hashes are kept, and
+// autovacuum analyzes them each time they grow by a tenth: its sample is
+// 300 rows, not 30,000, since a sample that size pushed the working set
+// out of shared_buffers once dedup outgrew them (migration 17). With those
+// statistics a probe of one hash, and of a batch joined from arrays, still
+// goes through dedup_key, also as the generic plan PL/pgSQL caches.
+func TestDedupIsAnalyzedFromASmallSample(t *testing.T) {
+	pgtest.SkipOnCitus(t, "the coordinator's tables hold no rows to sample; schema's TestStatisticsTargetsReachTheShards checks the shards' targets")
+	f := newFixture(t, protocol.DefaultQueueOptions())
+	msgs := make([]store.Message, 5000)
+	for i := range msgs {
+		msgs[i] = store.Message{Queue: f.queue, Partition: "p", Payload: []byte{0xc0},
+			TransactionID: fmt.Sprintf("order-%d", i), MessageID: uuid.Must(uuid.NewV7())}
+	}
+	if _, err := f.st.Push(f.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	f.exec(`INSERT INTO queenside.orphan_hashes (purge_after, partition_id, last_offset, committed_at, hashes)
+SELECT now() + interval '1 hour', 1, i, now(), ARRAY[gen_random_uuid()] FROM generate_series(1, 5000) i`)
+
+	// ANALYZE VERBOSE says how many rows it sampled, in a notice.
+	cfg, err := pgx.ParseConfig(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sampled []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { sampled = append(sampled, n.Message) }
+	conn, err := pgx.ConnectConfig(f.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(f.ctx)
+	for _, table := range []string{"dedup", "orphan_hashes"} {
+		sampled = nil
+		if _, err := conn.Exec(f.ctx, "ANALYZE VERBOSE queenside."+table); err != nil {
+			t.Fatal(err)
+		}
+		var rows int
+		for _, m := range sampled {
+			if _, err := fmt.Sscanf(m[strings.Index(m, "; ")+2:], "%d rows in sample", &rows); err == nil &&
+				strings.Contains(m, "5000 live rows") {
+				break
+			}
+			rows = -1
+		}
+		if rows < 0 || rows > 300 {
+			t.Errorf("%s: ANALYZE sampled %d of 5,000 rows, want at most 300: %q", table, rows, sampled)
+		}
+	}
+
+	// The probes as push and ack make them, of one hash and of ten (a push
+	// to a partition at a trickle), each also as a generic plan.
+	probes := map[string]string{
+		"one hash": `SELECT d.msg_offset FROM queenside.dedup d
+ WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended($1[1], $2[1])
+   AND d.partition_id = $2[1] AND d.hash = $1[1]`,
+		"a batch": `SELECT d.msg_offset FROM unnest($1, $2) AS u (h, pid)
+  JOIN queenside.dedup d ON uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended(u.h, u.pid)
+                        AND d.hash = u.h AND d.partition_id = u.pid`,
+	}
+	var hashes, pids string
+	if err := conn.QueryRow(f.ctx, `SELECT array_agg(d.hash)::text, array_agg(d.partition_id)::text
+  FROM (SELECT hash, partition_id FROM queenside.dedup WHERE msg_offset % 500 = 7) d`).Scan(&hashes, &pids); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		for name, probe := range probes {
+			if _, err := conn.Exec(f.ctx, "SET plan_cache_mode = "+mode+"; DEALLOCATE ALL; PREPARE probe(uuid[], bigint[]) AS "+probe); err != nil {
+				t.Fatal(err)
+			}
+			rows, _ := conn.Query(f.ctx, fmt.Sprintf("EXPLAIN (FORMAT TEXT, COSTS OFF) EXECUTE probe('%s', '%s')", hashes, pids),
+				pgx.QueryExecModeSimpleProtocol)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan := strings.Join(lines, "\n"); !strings.Contains(plan, "dedup_key") || strings.Contains(plan, "Seq Scan") {
+				t.Errorf("%s, plan_cache_mode %s: the probe does not go through dedup_key:\n%s", name, mode, plan)
+			}
+		}
 	}
 }
