@@ -75,6 +75,12 @@ deps: ## install what the tests need and this machine lacks (as root, with apt),
 	@# Installed again when the lock file changed since (npm writes its copy on each install).
 	@test clients/node/node_modules/.package-lock.json -nt clients/node/package-lock.json || npm ci --prefix clients/node --no-audit --no-fund
 	@test sidecar/dashboard/browser/node_modules/.package-lock.json -nt sidecar/dashboard/browser/package-lock.json || npm ci --prefix sidecar/dashboard/browser --no-audit --no-fund
+	@# The README tests build their programs in new modules with GOPROXY off,
+	@# where go mod tidy reads every module of the graph, not only the ones
+	@# built: those come to the module cache here (through copies of go.mod
+	@# and go.sum, which the download would add to).
+	@tmp=$$(mktemp -d) && cp go.mod go.sum "$$tmp"/ && $(GO) mod download -modfile="$$tmp/go.mod" all; \
+		status=$$?; rm -rf "$$tmp"; exit $$status
 
 test-go: ## run the Go tests with the race detector
 	$(GO) test -race -count=1 -timeout 15m ./...
