@@ -2,13 +2,14 @@ package janitor
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/pgtest"
 	"github.com/queenside/queenside/sidecar/store"
@@ -214,32 +215,21 @@ func TestDedupIsAnalyzedFromASmallSample(t *testing.T) {
 SELECT now() + interval '1 hour', 1, i, now(), ARRAY[gen_random_uuid()] FROM generate_series(1, 5000) i`)
 
 	// ANALYZE VERBOSE says how many rows it sampled, in a notice.
-	cfg, err := pgx.ParseConfig(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sampled []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { sampled = append(sampled, n.Message) }
-	conn, err := pgx.ConnectConfig(f.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(f.ctx)
+	conn, notices := f.noticeConn()
+	sample := regexp.MustCompile(`containing 5000 live rows .*; (\d+) rows in sample`)
 	for _, table := range []string{"dedup", "orphan_hashes"} {
-		sampled = nil
+		*notices = nil
 		if _, err := conn.Exec(f.ctx, "ANALYZE VERBOSE queenside."+table); err != nil {
 			t.Fatal(err)
 		}
-		var rows int
-		for _, m := range sampled {
-			if _, err := fmt.Sscanf(m[strings.Index(m, "; ")+2:], "%d rows in sample", &rows); err == nil &&
-				strings.Contains(m, "5000 live rows") {
-				break
+		rows := -1
+		for _, m := range *notices {
+			if g := sample.FindStringSubmatch(m); g != nil {
+				rows, _ = strconv.Atoi(g[1])
 			}
-			rows = -1
 		}
 		if rows < 0 || rows > 300 {
-			t.Errorf("%s: ANALYZE sampled %d of 5,000 rows, want at most 300: %q", table, rows, sampled)
+			t.Errorf("%s: ANALYZE sampled %d of 5,000 rows, want at most 300: %q", table, rows, *notices)
 		}
 	}
 

@@ -1,14 +1,10 @@
 package janitor
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/pgtest"
@@ -41,17 +37,7 @@ func TestPurgesLookHashesUpByKey(t *testing.T) {
 	}
 	f.backdate(2 * time.Hour)
 
-	cfg, err := pgx.ParseConfig(f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plans []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { plans = append(plans, n.Message) }
-	conn, err := pgx.ConnectConfig(f.ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn, plans := f.noticeConn()
 	for _, sql := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
 		"SET auto_explain.log_nested_statements = on", "SET auto_explain.log_level = notice"} {
 		if _, err := conn.Exec(f.ctx, sql); err != nil {
@@ -69,7 +55,7 @@ func TestPurgesLookHashesUpByKey(t *testing.T) {
 		t.Fatalf("purged %d orphaned and %d retained hashes, %d left; want 20, 20 and none", orphans, retained, f.dedupRows())
 	}
 	deletes := 0
-	for _, p := range plans {
+	for _, p := range *plans {
 		if !strings.Contains(p, "Delete on dedup") {
 			continue
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queenside/queenside/protocol"
@@ -226,4 +228,22 @@ func ackOffsets(f *fixture, lease string, status string, offs ...int64) protocol
 		f.t.Fatal(err)
 	}
 	return res
+}
+
+// noticeConn is a connection of its own whose notices (auto_explain's
+// plans, ANALYZE VERBOSE's counts) gather in the slice returned.
+func (f *fixture) noticeConn() (*pgx.Conn, *[]string) {
+	f.t.Helper()
+	cfg, err := pgx.ParseConfig(f.url)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	notices := new([]string)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { *notices = append(*notices, n.Message) }
+	conn, err := pgx.ConnectConfig(f.ctx, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn, notices
 }
