@@ -201,13 +201,10 @@ func TestDistributeOnCitus(t *testing.T) {
 func TestStatisticsTargetsReachTheShards(t *testing.T) {
 	cluster := citustest.Start(t, 2)
 	ctx := context.Background()
+	if err := cluster.Migrate(ctx, citustest.Database, 4); err != nil {
+		t.Fatal(err)
+	}
 	conn := cluster.Connect(t)
-	if err := schema.Migrate(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
-	if err := schema.Distribute(ctx, conn, 4); err != nil {
-		t.Fatal(err)
-	}
 	// The targets on each shard of dedup and orphan_hashes: of their
 	// columns and of dedup_key's expression.
 	targets := func() []string {

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queenside/queenside/protocol"
-	"github.com/queenside/queenside/schema"
 	"github.com/queenside/queenside/sidecar/citustest"
 )
 
@@ -108,13 +107,10 @@ func (c remoteCall) String() string {
 func TestHotCallsRunOnOneWorker(t *testing.T) {
 	cluster := citustest.Start(t, 2)
 	ctx := context.Background()
+	if err := cluster.Migrate(ctx, citustest.Database, 4); err != nil {
+		t.Fatal(err)
+	}
 	conn := cluster.Connect(t)
-	if err := schema.Migrate(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
-	if err := schema.Distribute(ctx, conn, 4); err != nil {
-		t.Fatal(err)
-	}
 	var log remoteLog
 	u, err := url.Parse(cluster.URL())
 	if err != nil {
