@@ -37,7 +37,10 @@ func TestRequestsWaitForTheSchemaWhileTheSidecarStarts(t *testing.T) {
 	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLock); err != nil {
 		t.Fatal(err)
 	}
-	p := launchSidecar(t, dbURL, filepath.Join(shortTempDir(t), "spool"))
+	// A push waits for the schema for half of the database timeout: 20 s
+	// leaves it the whole readyWait, room for the migrations on a loaded
+	// machine.
+	p := launchSidecar(t, dbURL, filepath.Join(shortTempDir(t), "spool"), "--database-timeout", "20s")
 	raw := dialRaw(t, p.socket)
 	send := func(id uint64, op string, args any, timeoutMs uint64) {
 		body, err := protocol.AppendRequest(nil, id, op, args, timeoutMs)
@@ -51,7 +54,6 @@ func TestRequestsWaitForTheSchemaWhileTheSidecarStarts(t *testing.T) {
 	sent := time.Now()
 	send(1, protocol.OpConfigure, protocol.ConfigureArgs{Queue: "early", Options: opts}, 0)
 	send(2, protocol.OpStats, protocol.QueueArgs{Queue: "early"}, 300)
-	send(3, protocol.OpPush, protocol.PushArgs{Items: []protocol.PushItem{item(t, "early", "p", "first", 1)}}, 0)
 
 	// The one with 300 ms is answered first, unavailable, and says why.
 	resp := raw.read()
@@ -63,6 +65,10 @@ func TestRequestsWaitForTheSchemaWhileTheSidecarStarts(t *testing.T) {
 		t.Fatalf("stats was answered after %v: it did not wait for its timeoutMs", waited)
 	}
 	time.Sleep(700 * time.Millisecond)
+	// The push comes last, just before the migrations may start: it waits
+	// for all of them.
+	send(3, protocol.OpPush, protocol.PushArgs{Items: []protocol.PushItem{item(t, "early", "p", "first", 1)}}, 0)
+	time.Sleep(100 * time.Millisecond)
 	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", migrateLock); err != nil {
 		t.Fatal(err)
 	}
