@@ -58,7 +58,7 @@ func (s *Store) ack(ctx context.Context, items []protocol.AckItem) (res protocol
 	case len(calls) == 1:
 		return calls[0].through(ctx, s.pool, items, res)
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+	err = s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) (err error) {
 		for _, c := range calls {
 			if res, err = c.through(ctx, tx, items, res); err != nil {
 				return err

@@ -169,7 +169,7 @@ const (
 // On Citus it describes the coordinator only, and says so in Notes.
 func (s *Store) DatabaseHealth(ctx context.Context) (DatabaseHealth, error) {
 	var h DatabaseHealth
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+healthLockTimeout+"'"); err != nil {
 			return err
 		}

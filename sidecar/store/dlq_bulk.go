@@ -92,7 +92,7 @@ func (s *Store) replayDeadLetters(ctx context.Context, dls []DeadLetter, msgs []
 	if err != nil {
 		return nil, fmt.Errorf("dlq replay: begin: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	defer s.rollback(ctx, tx)
 	keep, err := lockDeadLetters(ctx, tx, dls, again)
 	if err != nil {
 		return nil, fmt.Errorf("dlq replay: lock entries: %w", err)
@@ -212,7 +212,7 @@ func (s *Store) DeleteDeadLetters(ctx context.Context, sel protocol.DLQSelection
 	// The batch is read, then deleted by its keys, its partitions naming
 	// the shards: on Citus a statement that modifies several shards can
 	// neither read them in a CTE nor go unpruned (R1).
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, batch, args...)
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,8 @@ import (
 //     connection after T and gives up after five unanswered probes T/5
 //     apart (2T in all); and TCP_USER_TIMEOUT ends a connection whose sent
 //     data stays unacknowledged for T. A call in flight is ended sooner,
-//     by Bound, and pgx then closes its connection: it is never reused.
+//     by Bound: its statement is cancelled, and its connection closed
+//     unless PostgreSQL confirms the cancel within CancelGrace.
 //   - on PostgreSQL, the same keepalive and user timeout on its end of the
 //     socket, so that the session of a sidecar partitioned away ends within
 //     2T and frees its locks (the janitor's advisory lock among them);
@@ -132,6 +134,26 @@ func (g guards) control(network, _ string, rc syscall.RawConn) error {
 	}
 	return serr
 }
+
+// cancelFirst has a call cut short ask PostgreSQL to cancel its statement
+// and wait CancelGrace for the confirmation before the connection is
+// given up (pgx's default gives it up at once): see CancelGrace. Not for
+// the listener, whose waits for a notification are cut short by design
+// and run no statement to cancel.
+func (g guards) cancelFirst(cfg *pgconn.Config) {
+	grace := CancelGrace(g.timeout)
+	// pgx pauses after a cancel request before the call returns (so that
+	// the cancel cannot reach the connection's next statement): the
+	// pause is part of the grace.
+	wait := max(grace-cancelPause, grace/2)
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: wait}
+	}
+}
+
+// cancelPause is pgx's pause after a cancel request
+// (CancelRequestContextWatcherHandler).
+const cancelPause = 100 * time.Millisecond
 
 // connect opens a connection of its own with cfg, guards included; a
 // pooler that refuses them is connected to again without them.

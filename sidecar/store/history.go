@@ -29,7 +29,7 @@ type GroupLag struct {
 // the names after. It reads no segment but for a cursor not positioned
 // yet, so its cost follows partitions and cursors, never messages.
 func (s *Store) QueueCounters(ctx context.Context) (out []QueueCounters, err error) {
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// The planner prices the segment probe of cursorPosition for every
 		// cursor, though positioned cursors never run it: with 100,000
 		// cursors that price calls in JIT, which takes 0.2 to 1 s to

@@ -111,7 +111,7 @@ func (s *Store) eachLease(ctx context.Context, leaseIDs []string, change leaseCh
 	if err != nil {
 		return nil, fmt.Errorf("leases: %w", err)
 	}
-	defer conn.Release()
+	defer s.release(ctx, conn)
 	br := conn.SendBatch(ctx, &b)
 	var woken []string
 	err = func() error {

@@ -148,6 +148,7 @@ var queryExecModes = map[string]pgx.QueryExecMode{
 func (p connPlan) apply(cfg *pgxpool.Config) {
 	cfg.MaxConns = int32(p.pool)
 	p.guards.apply(&cfg.ConnConfig.Config, !p.pooled)
+	p.guards.cancelFirst(&cfg.ConnConfig.Config)
 	if p.onNotice != nil {
 		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { p.onNotice(n) }
 	}

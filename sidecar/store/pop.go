@@ -163,7 +163,7 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	if err != nil {
 		return nil, nil, fmt.Errorf("pop %s: %w", reqs[0].Queue, err)
 	}
-	defer conn.Release()
+	defer s.release(ctx, conn)
 	// BEGIN and COMMIT travel with the pop: one round trip. A pop that
 	// acks as it goes moves cursors that cannot be moved back, so it
 	// commits only once its results are known to fit (a second round trip).

@@ -74,7 +74,7 @@ func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 		return s.pushThrough(ctx, s.pool, msgs, ids, shards)
 	}
 	var out []Outcome
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+	err = s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) (err error) {
 		out, err = s.pushThrough(ctx, tx, msgs, ids, shards)
 		return err
 	})

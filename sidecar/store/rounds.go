@@ -425,7 +425,7 @@ func (s *Store) fusedRound(ctx context.Context, pl *roundPlan) ([]roundResult, e
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
-	defer conn.Release()
+	defer s.release(ctx, conn)
 	// BEGIN and COMMIT travel with the calls: a round is one round trip,
 	// unless a pop acks as it goes (see popOnce) or, on Citus, takes more
 	// than one pass (popCall.assign).
@@ -508,7 +508,7 @@ func (s *Store) routedRound(ctx context.Context, pl *roundPlan) ([]roundResult, 
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
-	defer conn.Release()
+	defer s.release(ctx, conn)
 	answers := make([]roundResult, len(pl.jobs))
 	done := 0 // calls committed
 	ackRes, failed, err := s.routedAcks(ctx, conn, pl.ackItems, pl.acks, pl.ackRes, &done, pl.jobOfAck)

@@ -66,14 +66,14 @@ func OpenWith(ctx context.Context, opts Options, log hclog.Logger) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	session, err := plan.connConfig(plan.sessionURL)
+	session, err := plan.connConfig(plan.sessionURL, true)
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open store: parse session database url: %w", err)
 	}
 	var listen *pgx.ConnConfig
 	if plan.listenURL != "" {
-		if listen, err = plan.connConfig(plan.listenURL); err != nil {
+		if listen, err = plan.connConfig(plan.listenURL, false); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("open store: parse listen database url: %w", err)
 		}
@@ -105,14 +105,18 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 }
 
 // connConfig is url's configuration for a connection of its own, to
-// PostgreSQL itself.
-func (p connPlan) connConfig(url string) (*pgx.ConnConfig, error) {
+// PostgreSQL itself; with statements, for one that runs them (the session,
+// not the listener: see cancelFirst).
+func (p connPlan) connConfig(url string, statements bool) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
 	cfg.RuntimeParams["application_name"] = p.name
 	p.guards.apply(&cfg.Config, true)
+	if statements {
+		p.guards.cancelFirst(&cfg.Config)
+	}
 	return cfg, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queenside/queenside/sidecar/pgserver"
@@ -38,13 +39,23 @@ func TestGuardsOnTheConnections(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.apply(pool)
-			session, err := p.connConfig(p.sessionURL)
+			session, err := p.connConfig(p.sessionURL, true)
 			if err != nil {
 				t.Fatal(err)
+			}
+			listen, err := p.connConfig(p.listenURL, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, cancels := listen.BuildContextWatcherHandler(new(pgconn.PgConn)).(*pgconn.CancelRequestContextWatcherHandler); cancels {
+				t.Fatal("the listener's waits for a notification, cut short by design, would send cancel requests")
 			}
 			for name, cfg := range map[string]*pgx.ConnConfig{"pool": pool.ConnConfig, "session": session} {
 				if cfg.ConnectTimeout != 3*time.Second || cfg.DialFunc == nil {
 					t.Fatalf("%s: connect timeout %v", name, cfg.ConnectTimeout)
+				}
+				if _, cancels := cfg.BuildContextWatcherHandler(new(pgconn.PgConn)).(*pgconn.CancelRequestContextWatcherHandler); !cancels {
+					t.Fatalf("%s: a call cut short does not ask PostgreSQL to cancel it", name)
 				}
 				_, guarded := cfg.RuntimeParams["tcp_user_timeout"]
 				if want := name == "session" || c.poolGuards; guarded != want {
@@ -132,5 +143,82 @@ func TestCallsOnAFrozenServerEndAtTheBound(t *testing.T) {
 	time.Sleep(timeout)
 	if n := s.Timeouts(); n < 2 {
 		t.Fatalf("%d calls counted as timed out; want the ping and the stuck pushes", n)
+	}
+}
+
+// On a server that answers, a call the timeout ends is cancelled there and
+// keeps its session: the connection goes back to the pool warm instead of
+// being closed. (Closing it made a database slowed by a stall pay a new
+// session for every call that timed out, whose first calls were the
+// slowest, until nothing got through.) The call still ends within the
+// timeout.
+func TestACallCutShortOnALiveServerKeepsItsSession(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	const timeout = time.Second
+	s, err := OpenWith(ctx, Options{URL: dbURL, Timeout: timeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := s.Push(ctx, messages("p", "warm", 1)); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	// The partition's row locked: a push to it waits until the timeout.
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT id FROM queenside.partitions WHERE name = 'p' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	app := s.pool.Config().ConnConfig.RuntimeParams["application_name"]
+	sessions := func() map[int32]bool {
+		rows, _ := holder.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", app)
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int32]bool{}
+		for _, p := range pids {
+			out[p] = true
+		}
+		return out
+	}
+	before := sessions()
+	bctx, cancel := s.Bound(ctx)
+	began := time.Now()
+	// A transaction (a push not through the group commit, which goes on
+	// without its caller): it runs on the caller's context.
+	_, _, err = s.Transaction(bctx, nil, messages("p", "cut", 1))
+	err = TimedOut(bctx, err)
+	cancel()
+	took := time.Since(began)
+	if AsTimeout(err) == nil || took > timeout+200*time.Millisecond {
+		t.Fatalf("a transaction held on a lock: %v after %v; want a *TimeoutError within %v", err, took, timeout)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Push(ctx, messages("p", "after", 1)); err != nil {
+		t.Fatal(err)
+	}
+	after := sessions()
+	for pid := range before {
+		if !after[pid] {
+			t.Errorf("session %d was closed by the call the timeout ended; sessions before %v, after %v", pid, before, after)
+		}
+	}
+	var cut int
+	if err := holder.QueryRow(ctx, "SELECT count(*) FROM queenside.segments s JOIN queenside.partitions p ON p.id = s.partition_id WHERE p.name = 'p'").Scan(&cut); err != nil {
+		t.Fatal(err)
+	}
+	if cut != 2 {
+		t.Errorf("%d segments in partition p; want 2 (warm and after: the cut transaction was rolled back)", cut)
 	}
 }

@@ -76,7 +76,7 @@ func (s *Store) transaction(ctx context.Context, acks []protocol.AckItem, msgs [
 	if err != nil {
 		return ackRes, nil, fmt.Errorf("transaction: begin: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	defer s.rollback(ctx, tx)
 	var outcomes []Outcome
 	if len(msgs) > 0 {
 		if outcomes, err = s.pushThrough(ctx, tx, msgs, ids, shards); err != nil {
