@@ -21,8 +21,6 @@ const (
 	lockProbeEvery = 100 * time.Millisecond
 	// lockProbeTimeout is an attempt's statement_timeout: a row a live
 	// push holds is free within it, one a vanished session holds is not.
-	// A statement timeout rather than a lock timeout, since Citus carries
-	// only the former to the workers, by cancelling there.
 	lockProbeTimeout = 250 * time.Millisecond
 )
 
@@ -63,7 +61,11 @@ func (in *injector) lockWhenFree(ctx context.Context, rows lockRows, from time.T
 	for {
 		if conn == nil {
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			conn, last = pgx.Connect(cctx, in.cl.dbURL)
+			url := in.cl.dbURL
+			if rows.worker != nil {
+				url = rows.worker.URL(verifyDatabase)
+			}
+			conn, last = pgx.Connect(cctx, url)
 			cancel()
 		}
 		if conn != nil {
@@ -97,8 +99,8 @@ func lockOnce(ctx context.Context, conn *pgx.Conn, rows lockRows) error {
 	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = "+strconv.FormatInt(lockProbeTimeout.Milliseconds(), 10)); err != nil {
 		return err
 	}
-	for _, ids := range rows.groups {
-		if _, err := tx.Exec(ctx, "SELECT id FROM queenside.partitions WHERE id IN ("+idList(ids)+") ORDER BY id FOR UPDATE"); err != nil {
+	for i, ids := range rows.groups {
+		if _, err := tx.Exec(ctx, "SELECT id FROM "+rows.table(i)+" WHERE id IN ("+idList(ids)+") ORDER BY id FOR UPDATE"); err != nil {
 			return err
 		}
 	}

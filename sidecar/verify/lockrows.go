@@ -20,6 +20,21 @@ type lockRows struct {
 	// group per shard (shards[i] is groups[i]'s).
 	groups [][]int64
 	shards []int64
+	// worker, when set, is the Citus worker the probe locks the rows on,
+	// in its shards' tables and on a connection of its own to it: through
+	// the coordinator, each attempt the statement timeout ends costs a new
+	// connection to the worker (Citus closes one whose statement was
+	// cancelled), and a worker slowed by the replays after a stall was
+	// then probed more slowly than its locks were freed.
+	worker *pgserver.Server
+}
+
+// table is the table group i's rows are locked in.
+func (r lockRows) table(i int) string {
+	if r.worker != nil {
+		return fmt.Sprintf("queenside.partitions_%d", r.shards[i])
+	}
+	return "queenside.partitions"
 }
 
 func (r lockRows) count() int {
@@ -61,7 +76,7 @@ func (in *injector) workerRows(ctx context.Context, w *pgserver.Server) (lockRow
 		onWorker, cerr = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return cerr
 	})
-	out := lockRows{}
+	out := lockRows{worker: w}
 	for i, g := range all.groups {
 		if slices.Contains(onWorker, all.shards[i]) {
 			out.groups, out.shards = append(out.groups, g), append(out.shards, all.shards[i])
