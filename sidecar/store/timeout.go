@@ -53,7 +53,9 @@ func CancelGrace(timeout time.Duration) time.Duration { return timeout / 5 }
 
 // Bound returns ctx ending after the database timeout at the latest, less
 // CancelGrace, with a *TimeoutError as its cause when that is what ends
-// it: a call it ends is over, its cancel included, within the timeout. A
+// it: a call it ends is over, its cancel included, within the timeout
+// (the rollback of a transaction it left open may take CancelGrace more,
+// should PostgreSQL stall right after confirming the cancel). A
 // deadline of ctx's own that comes first keeps its cause (and the call may
 // then take up to CancelGrace more). The call is counted as timed out
 // (Timeouts) when its bound ended before cancel was called.
