@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 	backgroundDone := make(chan struct{})
 	go func() {
 		defer close(backgroundDone)
-		if err := migrateUntilDone(background, st, log, srv.noteStartupError); err != nil {
+		if err := migrateUntilDone(background, st, log, srv.noteStartupError, migrateAttempt); err != nil {
 			errc <- explainPooler(err, cfg)
 			return
 		}
@@ -201,15 +201,22 @@ func Run(ctx context.Context, cfg Config) error {
 	return runErr
 }
 
+// migrateAttempt bounds one attempt to migrate: a database that stalls
+// under it (a frozen host, a Citus worker that stops answering) ends the
+// attempt, which is then made again, as when the database refuses.
+const migrateAttempt = 30 * time.Second
+
 // migrateUntilDone applies migrations, retrying while the database cannot
-// be reached. Any other failure is fatal: the schema is wrong. Each
-// attempt's outcome goes to note, so that requests waiting meanwhile can
-// say why.
-func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger, note func(error)) error {
+// be reached or an attempt does not finish within attempt (a stalled
+// database, or the migration lock held that long by another sidecar). Any
+// other failure is fatal: the schema is wrong. Each attempt's outcome goes
+// to note, so that requests waiting meanwhile can say why.
+func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger, note func(error), attempt time.Duration) error {
 	backoff := 250 * time.Millisecond
 	for {
-		mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		mctx, cancel := context.WithTimeoutCause(ctx, attempt, &store.TimeoutError{After: attempt, By: "the bound on an attempt to migrate"})
 		applied, err := st.Migrate(mctx)
+		err = store.TimedOut(mctx, err) // cut by attempt: unavailable, retried below
 		cancel()
 		note(err)
 		if err == nil {

@@ -4,13 +4,16 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/pgtest"
+	"github.com/queenside/queenside/sidecar/store"
 )
 
 // migrateLock is schema's advisory lock key ("queenside" in ASCII): a test
@@ -95,5 +98,69 @@ func TestRequestsWaitForTheSchemaWhileTheSidecarStarts(t *testing.T) {
 	send(4, protocol.OpStats, protocol.QueueArgs{Queue: "early"}, 0)
 	if r := raw.read(); r.Error != nil || time.Since(start) > 2*time.Second {
 		t.Fatalf("stats once ready: %+v after %v", r.Error, time.Since(start))
+	}
+}
+
+// An attempt to migrate that does not finish within its bound (here the
+// migration lock held past it, as a stalled database would hold the
+// attempt's statement) is made again rather than ending the sidecar's
+// start; meanwhile the reason is noted for the waiting requests, and the
+// migration is done once the lock is free.
+func TestAnAttemptToMigrateCutByItsBoundIsMadeAgain(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	ctx := testContext(t)
+	holder, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	if _, err := holder.Exec(ctx, "DROP SCHEMA queenside CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLock); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenWith(ctx, store.Options{URL: dbURL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var mu sync.Mutex
+	var noted []error
+	note := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		noted = append(noted, err)
+	}
+	// An attempt gets 4 s, room for the whole migration on a loaded
+	// machine once the lock is free; the lock is held past the first.
+	done := make(chan error, 1)
+	go func() { done <- migrateUntilDone(ctx, st, hclog.NewNullLogger(), note, 4*time.Second) }()
+	select {
+	case err := <-done:
+		t.Fatalf("migrating ended while the lock was held: %v", err)
+	case <-time.After(4500 * time.Millisecond):
+	}
+	mu.Lock()
+	cut := len(noted)
+	last := noted[len(noted)-1]
+	mu.Unlock()
+	if cut < 1 || !store.IsUnavailable(last) || !strings.Contains(last.Error(), "the bound on an attempt to migrate") {
+		t.Fatalf("%d attempts noted, the last: %v; want attempts cut by their bound, taken for the database unavailable", cut, last)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", migrateLock); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("migrating once the lock was free: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("not migrated 15 s after the lock was free")
+	}
+	var version int
+	if err := holder.QueryRow(ctx, "SELECT max(version) FROM queenside.schema_migrations").Scan(&version); err != nil || version == 0 {
+		t.Fatalf("schema version %d (%v) after migrating", version, err)
 	}
 }

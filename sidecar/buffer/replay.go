@@ -254,6 +254,6 @@ func (b *Buffer) watchWindows(ctx context.Context, ready func() bool) {
 // cancel is cancel), by probeTimeout too, when that is shorter; an end of
 // either says PostgreSQL did not answer in time.
 func probeBound(ctx context.Context, cancel context.CancelFunc) (context.Context, context.CancelFunc) {
-	pctx, pcancel := context.WithTimeoutCause(ctx, probeTimeout, &store.TimeoutError{After: probeTimeout})
+	pctx, pcancel := context.WithTimeoutCause(ctx, probeTimeout, &store.TimeoutError{After: probeTimeout, By: "the spool's check that PostgreSQL answers"})
 	return pctx, func() { pcancel(); cancel() }
 }

@@ -27,10 +27,17 @@ const DefaultTimeout = 5 * time.Second
 // call may or may not have taken effect.
 type TimeoutError struct {
 	After time.Duration
+	// By names what set the bound, for the one who reads the error;
+	// empty, --database-timeout.
+	By string
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("PostgreSQL did not answer within %v (--database-timeout)", e.After)
+	by := e.By
+	if by == "" {
+		by = "--database-timeout"
+	}
+	return fmt.Sprintf("PostgreSQL did not answer within %v (%s)", e.After, by)
 }
 
 // Timeout is the bound on one call to the database.
