@@ -245,8 +245,13 @@ func TestVerifyOnCitus(t *testing.T) {
 	cfg.Duration = 30 * time.Second
 	cfg.LeaseSeconds = 4
 	cfg.Faults = "worker-stall@5s,worker-restart@10s,pg-restart@18s"
-	cfg.PGDown = 3 * time.Second
-	cfg.DatabaseTimeout = 2 * time.Second
+	// The sidecars' default database timeout, and a stall longer than it,
+	// so that pushes are spooled. With a timeout of 2 s, calls on this
+	// cluster (three nodes, the sidecars and the verifier on two cores)
+	// took longer than their bound after the thaw, and the replays got
+	// through only once the loader had stopped.
+	cfg.PGDown = 6 * time.Second
+	cfg.DatabaseTimeout = store.DefaultTimeout
 	cfg.SidecarDown = time.Second
 	cfg.DrainTimeout = 2 * time.Minute
 	cfg.Interval = 5 * time.Second
