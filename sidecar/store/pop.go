@@ -170,13 +170,13 @@ func (s *Store) popOnce(ctx context.Context, reqs []PopRequest, maxBytes int) ([
 	// On Citus a call may take passes: the transaction ends after them.
 	committed := c.leases() && c.final()
 	var b pgx.Batch
-	b.Queue("BEGIN")
+	s.queueBegin(&b, committed)
 	c.queue(&b)
 	if committed {
 		b.Queue("COMMIT")
 	}
 	br := conn.SendBatch(ctx, &b)
-	_, err = br.Exec()
+	err = begun(br, committed)
 	var more bool
 	if err == nil {
 		more, err = c.readPass(br)

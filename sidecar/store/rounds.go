@@ -430,14 +430,16 @@ func (s *Store) fusedRound(ctx context.Context, pl *roundPlan) ([]roundResult, e
 	// unless a pop acks as it goes (see popOnce) or, on Citus, takes more
 	// than one pass (popCall.assign).
 	committed := pl.leases()
+	for _, g := range pl.groups {
+		committed = committed && g.call.final()
+	}
 	var b pgx.Batch
-	b.Queue("BEGIN")
+	s.queueBegin(&b, committed)
 	for _, c := range pl.acks {
 		b.Queue(ackSQL, c.args(pl.ackItems)...)
 	}
 	for _, g := range pl.groups {
 		g.call.queue(&b)
-		committed = committed && g.call.final()
 	}
 	if committed {
 		b.Queue("COMMIT")
@@ -447,7 +449,7 @@ func (s *Store) fusedRound(ctx context.Context, pl *roundPlan) ([]roundResult, e
 	tooLarge := false
 	var passes []*popCall // with passes to come (on Citus)
 	err = func() error {
-		if _, err := br.Exec(); err != nil { // BEGIN
+		if err := begun(br, committed); err != nil {
 			return err
 		}
 		for _, c := range pl.acks {

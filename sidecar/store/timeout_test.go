@@ -229,3 +229,39 @@ func TestACallCutShortOnALiveServerKeepsItsSession(t *testing.T) {
 		t.Errorf("%d segments in partition p; want 2 (warm and after: the cut transaction was rolled back)", cut)
 	}
 }
+
+// A transaction whose COMMIT waits for its results to be read raises the
+// server's idle-in-transaction guard, for itself, to the database timeout:
+// reading a pop's payloads may take longer than the guard's T/5. One
+// committed in its batch keeps the guard.
+func TestATransactionCommittedAfterItsResultsMayIdleForTheTimeout(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenWith(ctx, Options{URL: pgtest.NewDatabase(t), Timeout: 3 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	for _, c := range []struct {
+		pipelined bool
+		want      string
+	}{{false, "3s"}, {true, "1s"}} {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b pgx.Batch
+		s.queueBegin(&b, c.pipelined)
+		b.Queue("SHOW idle_in_transaction_session_timeout")
+		br := conn.SendBatch(ctx, &b)
+		err = begun(br, c.pipelined)
+		var got string
+		if err == nil {
+			err = br.QueryRow().Scan(&got)
+		}
+		br.Close()
+		s.release(ctx, conn)
+		if err != nil || got != c.want {
+			t.Errorf("pipelined %v: idle_in_transaction_session_timeout %q (%v), want %q", c.pipelined, got, err, c.want)
+		}
+	}
+}

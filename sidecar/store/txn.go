@@ -101,6 +101,30 @@ func (s *Store) transaction(ctx context.Context, acks []protocol.AckItem, msgs [
 	return ackRes, outcomes, nil
 }
 
+// queueBegin queues a batch's BEGIN. A transaction whose COMMIT is not in
+// the batch (see settle) sits idle on the server while the sidecar reads
+// its results, the whole of a pop's payloads among them, and the server's
+// guard ends a session idle in a transaction for T/5 (a second at the
+// default): so such a transaction raises it, for itself, to the database
+// timeout, which bounds the call anyway. Under load, a pop of a 16 MB
+// message with acks as it goes was cut by the guard before its COMMIT.
+// begun reads what queueBegin queued.
+func (s *Store) queueBegin(b *pgx.Batch, pipelined bool) {
+	b.Queue("BEGIN")
+	if !pipelined {
+		b.Queue(fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", s.timeout.Milliseconds()))
+	}
+}
+
+// begun reads the answers to what queueBegin queued.
+func begun(br pgx.BatchResults, pipelined bool) error {
+	if _, err := br.Exec(); err != nil || pipelined {
+		return err
+	}
+	_, err := br.Exec()
+	return err
+}
+
 // settle ends a transaction whose statements went in one batch after its
 // BEGIN, and with its COMMIT when pipelined: err, the batch's error, rolls
 // it back; otherwise one not pipelined is committed if keep, or rolled back
