@@ -20,26 +20,33 @@ import (
 // that holds it keeps a starting sidecar migrating for as long as it likes.
 const migrateLock int64 = 0x717565656e73
 
-// A request that comes while the sidecar migrates waits for the schema,
-// up to its own timeoutMs or a few seconds, instead of being refused: a
-// configure sent as soon as hello answers, on a fresh database, is served
-// once the migrations are done; a push then is stored, not spooled; one
-// whose timeoutMs ends first is answered unavailable, saying why.
-func TestRequestsWaitForTheSchemaWhileTheSidecarStarts(t *testing.T) {
+// heldBackDatabase is a fresh database whose migration the returned
+// connection holds back, holding the migration lock until it lets go.
+func heldBackDatabase(t *testing.T, ctx context.Context) (string, *pgx.Conn) {
+	t.Helper()
 	dbURL := pgtest.NewDatabase(t)
-	ctx := testContext(t)
 	holder, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Close(context.Background())
-	// A fresh database, whose migration the test holds back.
+	t.Cleanup(func() { holder.Close(context.Background()) })
 	if _, err := holder.Exec(ctx, "DROP SCHEMA queenside CASCADE"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLock); err != nil {
 		t.Fatal(err)
 	}
+	return dbURL, holder
+}
+
+// A request that comes while the sidecar migrates waits for the schema,
+// up to its own timeoutMs or a few seconds, instead of being refused: a
+// configure sent as soon as hello answers, on a fresh database, is served
+// once the migrations are done; a push then is stored, not spooled; one
+// whose timeoutMs ends first is answered unavailable, saying why.
+func TestRequestsWaitForTheSchemaWhileTheSidecarStarts(t *testing.T) {
+	ctx := testContext(t)
+	dbURL, holder := heldBackDatabase(t, ctx)
 	// A push waits for the schema for half of the database timeout: 20 s
 	// leaves it the whole readyWait, room for the migrations on a loaded
 	// machine.
@@ -107,19 +114,8 @@ func TestRequestsWaitForTheSchemaWhileTheSidecarStarts(t *testing.T) {
 // start; meanwhile the reason is noted for the waiting requests, and the
 // migration is done once the lock is free.
 func TestAnAttemptToMigrateCutByItsBoundIsMadeAgain(t *testing.T) {
-	dbURL := pgtest.NewDatabase(t)
 	ctx := testContext(t)
-	holder, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(context.Background())
-	if _, err := holder.Exec(ctx, "DROP SCHEMA queenside CASCADE"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLock); err != nil {
-		t.Fatal(err)
-	}
+	dbURL, holder := heldBackDatabase(t, ctx)
 	st, err := store.OpenWith(ctx, store.Options{URL: dbURL}, nil)
 	if err != nil {
 		t.Fatal(err)
