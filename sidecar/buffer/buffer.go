@@ -20,7 +20,9 @@ import (
 
 // Store is what the buffer needs of the database side.
 type Store interface {
-	Push(ctx context.Context, msgs []store.Message) ([]store.Outcome, error)
+	// PushApart stores msgs in a transaction no live push joins
+	// (store.Store.PushApart).
+	PushApart(ctx context.Context, msgs []store.Message) ([]store.Outcome, error)
 	Ping(ctx context.Context) (time.Duration, error)
 	// DedupWindows is every queue's deduplication window.
 	DedupWindows(ctx context.Context) (map[string]time.Duration, error)

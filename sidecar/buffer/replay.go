@@ -195,7 +195,7 @@ func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Mes
 		defer func() { telemetry.End(span, err) }()
 	}
 	pctx, cancel := b.st.Bound(ctx)
-	_, err = b.st.Push(pctx, batch)
+	_, err = b.st.PushApart(pctx, batch)
 	cancel()
 	if err == nil {
 		b.replayed.Add(int64(len(batch)))
@@ -206,7 +206,7 @@ func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Mes
 	}
 	for i := range batch {
 		pctx, cancel := b.st.Bound(ctx)
-		_, err := b.st.Push(pctx, batch[i:i+1])
+		_, err := b.st.PushApart(pctx, batch[i:i+1])
 		cancel()
 		switch {
 		case err == nil:

@@ -92,6 +92,22 @@ func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	}
 }
 
+// PushApart stores msgs as Push does, in a transaction of their own that
+// no other request joins. The spool's replay pushes this way: its batch is
+// made again and again while a database is suspect, and fused with live
+// pushes it would take them down with it. On Citus a stalled worker fails
+// every transaction that touches it, and a live push to a partition on
+// another worker must not share one with the replay of a partition on
+// the stalled worker.
+func (s *Store) PushApart(ctx context.Context, msgs []Message) ([]Outcome, error) {
+	out, err := s.pushTx(ctx, msgs)
+	if err != nil {
+		return nil, TimedOut(ctx, err)
+	}
+	s.wakeLocally(msgs)
+	return out, nil
+}
+
 // OnLocalPush sets what Push calls, for each queue of a stored push, when
 // there is no listener to hear the push's notification: this sidecar's
 // own waiting pops are then woken at once, and only other sidecars'
