@@ -37,8 +37,13 @@ func TestLongPollWakesOnAPushThroughAnotherProcess(t *testing.T) {
 		if p.err != nil || len(p.res.Messages) != 1 {
 			t.Fatalf("pop: %+v %v", p.res, p.err)
 		}
-		if lag := p.at.Sub(pushed); lag > 100*time.Millisecond {
-			t.Fatalf("round %d: the pop answered %v after the push, want < 100 ms", round, lag)
+		// Without the wake-up the pop is answered by its loop's re-check,
+		// recheckInterval after it began waiting: some 700 ms after the
+		// push. Woken, it is answered within a round trip or two, which a
+		// loaded machine (-race, other suites' PostgreSQLs) stretches past
+		// 100 ms now and then.
+		if lag := p.at.Sub(pushed); lag > recheckInterval*35/100 {
+			t.Fatalf("round %d: the pop answered %v after the push, want < %v: not woken by the push", round, lag, recheckInterval*35/100)
 		} else {
 			t.Logf("round %d: woken %v after the push answered", round, lag)
 		}
