@@ -301,3 +301,26 @@ func exec(ctx context.Context, url, sql string) error {
 
 // quote makes s an SQL string literal.
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// PartitionsOn names the partitions of queue whose shard is placed on
+// worker, as db (a connection or pool to the coordinator) reads them.
+func PartitionsOn(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, queue string, worker *pgserver.Server) (map[string]bool, error) {
+	rows, err := db.Query(ctx, `SELECT n.name FROM queenside.partition_names n
+		JOIN queenside.queues q ON q.id = n.queue_id
+		JOIN pg_dist_shard_placement p ON p.shardid = get_shard_id_for_distribution_column('queenside.partitions', n.id)
+		WHERE q.name = $1 AND p.nodename = $2`, queue, worker.SocketDir())
+	if err != nil {
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	on := map[string]bool{}
+	for _, name := range names {
+		on[name] = true
+	}
+	return on, nil
+}

@@ -9,9 +9,12 @@
 // batches running side by side keep PostgreSQL's cores busy); otherwise it
 // keeps gathering until a running batch ends, or a short hold runs out:
 // small transactions one after the other, each as full as possible, cost
-// PostgreSQL least. A request whose keys a running batch holds (an ack
-// naming a lease another batch acks) waits for that batch to end, so that
-// requests that must not run at once never do.
+// PostgreSQL least. Requests of different lanes (pushes to different
+// Citus shards) never share a batch, so that one that cannot commit (its
+// shard's worker hangs) takes no other down with it. A request whose keys
+// a running batch holds (an ack naming a lease another batch acks) waits
+// for that batch to end, so that requests that must not run at once never
+// do.
 //
 // Batching changes no outcome: a batch takes requests in the order they
 // came, and its Run applies them as if one after the other. A batch that
@@ -45,6 +48,10 @@ type Config[J any] struct {
 	Weight func(J) int          // what a request adds toward MaxItems
 	Heavy  func(batch []J) bool // a batch worth running beside a running one at once
 	Keys   func(J) []string     // held while the request's batch runs; nil: none
+	// Lane, when set, keeps requests of different lanes out of one batch:
+	// a batch gathers only requests of its first one's lane, and the
+	// others wait for the next batch. Nil: one lane.
+	Lane func(J) string
 
 	// Run runs the batch in one transaction and answers every request, or
 	// returns the error that failed the transaction, having answered none.
@@ -113,10 +120,17 @@ func (s *Scheduler[J]) gatherBatch(ctx context.Context) ([]J, []string) {
 	defer s.gather.Unlock()
 	var batch []J
 	var keys []string
+	var lane string
 	items := 0
 	add := func(j J) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if l := s.lane(j); len(batch) == 0 {
+			lane = l
+		} else if l != lane {
+			s.deferred = append(s.deferred, j)
+			return
+		}
 		ks := s.keys(j)
 		for _, k := range ks {
 			if s.held[k] > 0 {
@@ -195,6 +209,13 @@ func (s *Scheduler[J]) takeDeferred() []J {
 	d := s.deferred
 	s.deferred = nil
 	return d
+}
+
+func (s *Scheduler[J]) lane(j J) string {
+	if s.cfg.Lane == nil {
+		return ""
+	}
+	return s.cfg.Lane(j)
 }
 
 func (s *Scheduler[J]) keys(j J) []string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,5 +253,44 @@ func TestWithdrawnRequestIsNotRun(t *testing.T) {
 	case a := <-later[1].done:
 		t.Fatalf("the withdrawn request was answered %q", a)
 	default:
+	}
+}
+
+// Requests of different lanes never share a batch; each lane's requests
+// keep their order.
+func TestRequestsOfDifferentLanesNeverShareABatch(t *testing.T) {
+	r := &recorder{gate: make(chan struct{}), started: make(chan struct{}, 8)}
+	cfg := r.config(2, 100)
+	lanes := map[string]string{"first": "x", "a": "x", "b": "y", "c": "x", "d": "y"}
+	cfg.Lane = func(j *job) string { return lanes[j.name] }
+	s := start(t, cfg)
+	first := newJob("first")
+	s.Submit(context.Background(), first) //nolint:errcheck // never refused here
+	<-r.started
+	later := []*job{newJob("a"), newJob("b"), newJob("c"), newJob("d")}
+	for _, j := range later {
+		s.Submit(context.Background(), j) //nolint:errcheck
+	}
+	time.Sleep(50 * time.Millisecond) // gathered, held while the first runs
+	close(r.gate)
+	answer(t, first)
+	for _, j := range later {
+		if a := answer(t, j); !strings.HasPrefix(a, "batch ") {
+			t.Fatalf("%s: %s, want a shared batch", j.name, a)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := map[string][]string{}
+	for _, b := range r.batches {
+		for _, name := range b {
+			if lanes[name] != lanes[b[0]] {
+				t.Fatalf("batch %v mixes lanes", b)
+			}
+		}
+		got[lanes[b[0]]] = append(got[lanes[b[0]]], b...)
+	}
+	if !slices.Equal(got["x"], []string{"a", "c"}) || !slices.Equal(got["y"], []string{"b", "d"}) {
+		t.Fatalf("batches %v; want a, c and b, d, each in order", r.batches)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 // items in request order, so one request's items for a partition stay
 // consecutive), and a transaction id repeated across fused requests is a
 // duplicate of the earlier one exactly as if they had run one after the
-// other. Measured in BENCHMARKS.md.
+// other. On Citus only pushes to the same workers fuse, and a worker that
+// left a push unanswered is not sent pushes for a while (hungWorkers).
+// Measured in BENCHMARKS.md.
 
 const (
 	pushWorkers    = 4     // transactions that may run at once
@@ -37,6 +40,7 @@ const (
 type pushJob struct {
 	ctx  context.Context
 	msgs []Message
+	lane string          // the workers msgs lie on, on Citus
 	done chan pushResult // buffered: the worker never blocks on a departed caller
 	// claim is waiting, then taken by a batch about to send it or
 	// withdrawn by a caller that gave up first, never both (see
@@ -72,8 +76,16 @@ type pushResult struct {
 // nothing of the push reached the database; otherwise, if it is the
 // database out of reach (IsUnavailable), the push may have been stored.
 // An error of ctx ending is TimedOut's.
-func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
+func (s *Store) Push(ctx context.Context, msgs []Message) (_ []Outcome, err error) {
 	job := &pushJob{ctx: ctx, msgs: msgs, done: make(chan pushResult, 1)}
+	if s.routed() {
+		workers, refused := s.admitPush(ctx, msgs)
+		if refused != nil {
+			return nil, refused
+		}
+		job.lane = strings.Join(workers, " ")
+		defer func() { s.hung.learn(workers, err, time.Now(), s.timeout) }()
+	}
 	if err := s.pushes.Submit(ctx, job); err != nil {
 		return nil, fmt.Errorf("push: %w: %w", ErrNotSent, TimedOut(ctx, err))
 	}
@@ -92,6 +104,24 @@ func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	}
 }
 
+// admitPush names the workers msgs lie on, or refuses the push, not sent,
+// when one of them is marked hung (hungWorkers). On Citus a push fuses
+// only with pushes to the same workers: a transaction over two is as slow
+// as the slower (and a two-phase commit), and one whose worker hangs must
+// take no push to another down with it.
+func (s *Store) admitPush(ctx context.Context, msgs []Message) ([]string, error) {
+	ids, shards, err := s.pushShards(ctx, msgs)
+	if err != nil {
+		return nil, fmt.Errorf("push: %w: %w", ErrNotSent, TimedOut(ctx, err))
+	}
+	workers := s.workersOf(ids, shards)
+	if ok, hung := s.hung.admit(workers, time.Now(), s.timeout); !ok {
+		return nil, fmt.Errorf("push: %w: the Citus worker %s left the last push to it unanswered: %w",
+			ErrNotSent, hung, &TimeoutError{After: s.timeout})
+	}
+	return workers, nil
+}
+
 // PushApart stores msgs as Push does, in a transaction of their own that
 // no other request joins. The spool's replay pushes this way: its batch is
 // made again and again while a database is suspect, and fused with live
@@ -101,6 +131,13 @@ func (s *Store) Push(ctx context.Context, msgs []Message) ([]Outcome, error) {
 // the stalled worker.
 func (s *Store) PushApart(ctx context.Context, msgs []Message) ([]Outcome, error) {
 	out, err := s.pushTx(ctx, msgs)
+	if s.routed() {
+		// The replay is never refused for a hung worker: trying it again
+		// is its job, and its commit clears the mark.
+		if ids, shards, serr := s.pushShards(ctx, msgs); serr == nil {
+			s.hung.learn(s.workersOf(ids, shards), TimedOut(ctx, err), time.Now(), s.timeout)
+		}
+	}
 	if err != nil {
 		return nil, TimedOut(ctx, err)
 	}
@@ -135,6 +172,7 @@ func (s *Store) newPushScheduler() *groupcommit.Scheduler[*pushJob] {
 		Claim:   (*pushJob).take,
 		Weight:  func(j *pushJob) int { return len(j.msgs) },
 		Heavy:   touchesManyPartitions,
+		Lane:    func(j *pushJob) string { return j.lane },
 		Run:     s.commitFused,
 		Alone:   func(j *pushJob) { j.done <- s.pushAlone(j) },
 		Fail:    func(j *pushJob, err error) { j.done <- pushResult{err: err} },

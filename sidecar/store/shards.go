@@ -25,6 +25,9 @@ type layout struct {
 	known  bool
 	citus  bool
 	shards idCache[int64, int64] // partition id -> shard id, on Citus
+	// partition id -> the worker its shard is placed on, "host:port" (a
+	// shard placed on several, their names joined by commas), on Citus
+	workers idCache[int64, string]
 }
 
 // onCitus tells whether the schema is distributed over Citus. It is asked
@@ -53,8 +56,10 @@ func (s *Store) routed() bool {
 
 // shardsOf returns the shard of each partition id, in order: all 0 on one
 // PostgreSQL. A partition's shard is fixed when it is created and kept in
-// memory; a shard split since only makes calls span shards they were
-// thought not to, which costs a two-phase commit, never an outcome.
+// memory, and so is the worker it lies on: a shard split since only
+// makes calls span shards they were thought not to, which costs a
+// two-phase commit, and a shard moved makes pushes fuse or wait as if it
+// were on its old worker (hungWorkers), never an outcome.
 func (s *Store) shardsOf(ctx context.Context, ids []int64) ([]int64, error) {
 	out := make([]int64, len(ids))
 	citus, err := s.onCitus(ctx)
@@ -72,17 +77,21 @@ func (s *Store) shardsOf(ctx context.Context, ids []int64) ([]int64, error) {
 	if len(missing) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT u.id, get_shard_id_for_distribution_column('queenside.partitions', u.id)
-		FROM unnest($1::bigint[]) AS u (id)`, missing)
+	rows, err := s.pool.Query(ctx, `SELECT u.id, s.shard, coalesce((SELECT string_agg(p.nodename || ':' || p.nodeport, ','
+			ORDER BY p.nodename, p.nodeport) FROM pg_dist_shard_placement p WHERE p.shardid = s.shard), '')
+		FROM unnest($1::bigint[]) AS u (id),
+			LATERAL (SELECT get_shard_id_for_distribution_column('queenside.partitions', u.id) AS shard) AS s`, missing)
 	if err != nil {
 		return nil, fmt.Errorf("shards of partitions: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id, shard int64
-		if err := rows.Scan(&id, &shard); err != nil {
+		var worker string
+		if err := rows.Scan(&id, &shard, &worker); err != nil {
 			return nil, fmt.Errorf("shards of partitions: %w", err)
 		}
+		s.layout.workers.put(id, worker)
 		s.layout.shards.put(id, shard)
 	}
 	if err := rows.Err(); err != nil {
@@ -92,6 +101,18 @@ func (s *Store) shardsOf(ctx context.Context, ids []int64) ([]int64, error) {
 		out[i], _ = s.layout.shards.get(id)
 	}
 	return out, nil
+}
+
+// workersOf names the workers that the shards of pushShards lie on,
+// sorted, each once (Citus; shardsOf learnt them).
+func (s *Store) workersOf(ids []int64, shards [][]int) []string {
+	var workers []string
+	for _, positions := range shards {
+		w, _ := s.layout.workers.get(ids[positions[0]])
+		workers = append(workers, w)
+	}
+	slices.Sort(workers)
+	return slices.Compact(workers)
 }
 
 // byShard groups the positions of shards (each element a position's

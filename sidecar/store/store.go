@@ -34,6 +34,7 @@ type Store struct {
 	parts     idCache[partitionKey, int64]
 	groups    idCache[groupKey, groupIDs]
 	layout    layout
+	hung      hungWorkers // of pushes, on Citus
 	wakes     *wakeSender // of calls routed to a worker
 	trips     *roundTrips
 	pushes    *groupcommit.Scheduler[*pushJob]  // group commit of pushes
