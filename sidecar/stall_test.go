@@ -64,15 +64,7 @@ func (l *answers) list() []answer {
 // pushOneByOne pushes numbered items one a request, in order, until stop
 // is closed, recording every answer.
 func pushOneByOne(t *testing.T, c *queenside.Client, queue string, parts int, stop <-chan struct{}, log *answers) {
-	pushEveryNth(t, c, queue, parts, 0, 1, stop, log)
-}
-
-// pushEveryNth pushes the numbered items first, first+step, ... one a
-// request, in order, until stop is closed, recording every answer: pushers
-// of one step and different firsts push at once to different partitions
-// (when parts is a multiple of step) and never the same item.
-func pushEveryNth(t *testing.T, c *queenside.Client, queue string, parts, first, step int, stop <-chan struct{}, log *answers) {
-	for k := first; ; k += step {
+	for k := 0; ; k++ {
 		select {
 		case <-stop:
 			return

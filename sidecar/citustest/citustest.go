@@ -31,6 +31,11 @@ import (
 // with CreateDatabase).
 const Database = "queenside"
 
+// Recover2PCInterval is how often the coordinator resolves a transaction
+// prepared on a worker whose commit or rollback never came (its session
+// was cut short, or the worker went down): until then it holds its rows.
+const Recover2PCInterval = 5 * time.Second
+
 // settings are each node's: Citus must be the first library loaded; 2PC
 // needs prepared transactions, and a transaction a worker had prepared when
 // it went down is resolved within seconds, as README advises, not a minute;
@@ -40,7 +45,7 @@ const Database = "queenside"
 var settings = []string{
 	"shared_preload_libraries=citus",
 	"max_prepared_transactions=200",
-	"citus.recover_2pc_interval=5s",
+	"citus.recover_2pc_interval=" + Recover2PCInterval.String(),
 	"max_worker_processes=64",
 	"wal_level=logical",
 	"citus.node_conninfo='sslmode=disable'",

@@ -130,7 +130,9 @@ func (s *Store) admitPush(ctx context.Context, msgs []Message) ([]string, error)
 // another worker must not share one with the replay of a partition on
 // the stalled worker.
 func (s *Store) PushApart(ctx context.Context, msgs []Message) ([]Outcome, error) {
+	span := pushSpan([]*pushJob{{ctx: ctx, msgs: msgs}}, len(msgs))
 	out, err := s.pushTx(ctx, msgs)
+	telemetry.End(span, err)
 	if s.routed() {
 		// The replay is never refused for a hung worker: trying it again
 		// is its job, and its commit clears the mark.

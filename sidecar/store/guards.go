@@ -151,20 +151,6 @@ func (g guards) cancelFirst(cfg *pgconn.Config) {
 	}
 }
 
-// freeGivenUp is the pool's BeforeClose: a connection pgx has already
-// given up (its call cut short, the cancel not confirmed in time) has its
-// socket closed at once. pgx drains such a socket until the server closes
-// it, for up to 15 s, so that the server sees an orderly close, and the
-// pool counts it as taken meanwhile; a server that does not answer (a
-// Citus coordinator whose session waits on a frozen worker) would keep
-// it taken for all of that, and calls to the servers that do answer would
-// wait for a connection and time out in turn.
-func freeGivenUp(c *pgx.Conn) {
-	if c.IsClosed() {
-		c.PgConn().Conn().Close() //nolint:errcheck // already given up
-	}
-}
-
 // cancelPause is pgx's pause after a cancel request
 // (CancelRequestContextWatcherHandler).
 const cancelPause = 100 * time.Millisecond

@@ -149,7 +149,6 @@ func (p connPlan) apply(cfg *pgxpool.Config) {
 	cfg.MaxConns = int32(p.pool)
 	p.guards.apply(&cfg.ConnConfig.Config, !p.pooled)
 	p.guards.cancelFirst(&cfg.ConnConfig.Config)
-	cfg.BeforeClose = freeGivenUp
 	if p.onNotice != nil {
 		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { p.onNotice(n) }
 	}

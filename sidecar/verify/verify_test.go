@@ -177,8 +177,17 @@ func checkFaultFigures(t *testing.T, cfg Config, f FaultRecord) {
 	// idle_in_transaction_session_timeout; on Citus the coordinator's
 	// session then aborts its part on the worker).
 	locksBound := store.IdleTransactionTimeout(cfg.DatabaseTimeout) + 2*time.Second
-	if f.Kind == FaultPartition {
+	switch f.Kind {
+	case FaultPartition:
 		locksBound = store.DeadPeerBound(cfg.DatabaseTimeout) + 2*time.Second
+	case FaultWorkerStall:
+		// A transaction over two workers whose coordinator session was
+		// cut short between its PREPARE on the frozen worker and its
+		// COMMIT PREPARED is prepared there once thawed, and holds its
+		// rows until the coordinator resolves it: here the rows were free
+		// 0.8 to 3.9 s after the thaw, and a slow run that was traced
+		// waited on such a transaction.
+		locksBound = max(locksBound, citustest.Recover2PCInterval+2*time.Second)
 	}
 	if *f.LocksFree > locksBound.Seconds() {
 		t.Errorf("%s: locks free %.1f s after %s, want within %v", f.Kind, *f.LocksFree, lockProbeFrom(f.Kind), locksBound)
