@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"sync"
 	"time"
 )
@@ -40,7 +41,9 @@ func (h *hungWorkers) admit(workers []string, now time.Time, hold time.Duration)
 }
 
 // learn records how a push to workers ended: committed clears their marks,
-// timed out on one worker marks it for hold.
+// timed out on one worker after it was sent marks it for hold (one that
+// timed out before, waiting for the group commit, says nothing of the
+// worker).
 func (h *hungWorkers) learn(workers []string, err error, now time.Time, hold time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -49,7 +52,7 @@ func (h *hungWorkers) learn(workers []string, err error, now time.Time, hold tim
 		for _, w := range workers {
 			delete(h.until, w)
 		}
-	case AsTimeout(err) != nil && len(workers) == 1:
+	case AsTimeout(err) != nil && !errors.Is(err, ErrNotSent) && len(workers) == 1:
 		if h.until == nil {
 			h.until = make(map[string]time.Time)
 		}
