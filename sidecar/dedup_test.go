@@ -185,8 +185,11 @@ func TestIdentityIsTheStored128BitHash(t *testing.T) {
 		var stored [16]byte
 		var offset int64
 		err := ts.pool.QueryRow(testContext(t), `
-			SELECT d.hash, d.msg_offset FROM queenside.dedup d
-			  JOIN queenside.partitions p ON p.id = d.partition_id
+			SELECT k.hash, k.msg_offset
+			  FROM (SELECT d.partition_id, d.hash, d.msg_offset FROM queenside.dedup d
+			        UNION ALL
+			        SELECT s.partition_id, s.hash, s.last_offset FROM queenside.segments s WHERE s.hash IS NOT NULL) k
+			  JOIN queenside.partitions p ON p.id = k.partition_id
 			  JOIN queenside.queues q ON q.id = p.queue_id
 			 WHERE q.name = $1`, q).Scan(&stored, &offset)
 		if err != nil {
@@ -269,18 +272,24 @@ func TestMixedRequestAcrossPartitionsAndWindows(t *testing.T) {
 }
 
 // checkOneDedupRowPerHash fails the test when a partition holds two dedup
-// rows for one hash. No index enforces it: the partition row lock that
-// every push holds while it probes and writes its hashes does.
+// rows for one hash, or one message's hash in both places. No index
+// enforces it: the partition row lock that every push holds while it
+// probes and writes its hashes does.
 func checkOneDedupRowPerHash(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
-	var rows, repeated int
+	// A hash is kept in a dedup row or in the segment of one message that
+	// holds it: some are kept, a dedup row is never repeated, and no
+	// message has its hash in both places.
+	var kept, repeated, twice int
 	err := pool.QueryRow(testContext(t), `
-		SELECT (SELECT count(*) FROM queenside.dedup),
-		       (SELECT count(*) FROM (SELECT 1 FROM queenside.dedup GROUP BY partition_id, hash HAVING count(*) > 1) r)`).Scan(&rows, &repeated)
+		SELECT (SELECT count(*) FROM queenside.dedup) + (SELECT count(*) FROM queenside.segments WHERE hash IS NOT NULL),
+		       (SELECT count(*) FROM (SELECT 1 FROM queenside.dedup GROUP BY partition_id, hash HAVING count(*) > 1) r),
+		       (SELECT count(*) FROM queenside.dedup d JOIN queenside.segments s
+		            ON s.partition_id = d.partition_id AND s.hash = d.hash AND s.last_offset = d.msg_offset)`).Scan(&kept, &repeated, &twice)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rows == 0 || repeated != 0 {
-		t.Fatalf("dedup holds %d rows, %d hashes of a partition more than once", rows, repeated)
+	if kept == 0 || repeated != 0 || twice != 0 {
+		t.Fatalf("%d hashes kept, %d of a partition in dedup more than once, %d in both places", kept, repeated, twice)
 	}
 }

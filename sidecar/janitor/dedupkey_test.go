@@ -22,8 +22,8 @@ func TestPurgesLookHashesUpByKey(t *testing.T) {
 		o.DedupWindowSeconds = 1
 	}))
 	f.pop("g", "", 1, true)
-	for p := range 40 {
-		f.pushID(fmt.Sprintf("p%d", p), "same")
+	for p := range 40 { // segments of two messages, whose hashes are dedup rows
+		f.push(fmt.Sprintf("p%d", p), "same", 2)
 	}
 	// Half the partitions consumed: their segments go and their hashes are
 	// kept as orphans; the others' hashes are purged with their segments
@@ -51,8 +51,8 @@ func TestPurgesLookHashesUpByKey(t *testing.T) {
 	if err := conn.QueryRow(f.ctx, "SELECT hashes FROM queenside.purge_dedup(0, 1000, 100000)").Scan(&retained); err != nil {
 		t.Fatal(err)
 	}
-	if orphans != 20 || retained != 20 || f.dedupRows() != 0 {
-		t.Fatalf("purged %d orphaned and %d retained hashes, %d left; want 20, 20 and none", orphans, retained, f.dedupRows())
+	if orphans != 40 || retained != 40 || f.dedupRows() != 0 {
+		t.Fatalf("purged %d orphaned and %d retained hashes, %d left; want 40, 40 and none", orphans, retained, f.dedupRows())
 	}
 	deletes := 0
 	for _, p := range *plans {

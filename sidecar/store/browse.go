@@ -144,12 +144,18 @@ func (s *Store) Messages(ctx context.Context, partitionID, from int64, limit, ma
 	return out, nil
 }
 
-// dedupSQL is the offset the dedup table keeps for hash $2 in partition
-// $1: one probe of the dedup_key hash index.
+// dedupSQL is the newest offset whose hash $2 partition $1 keeps, in
+// either place a hash is stored: a dedup row (one probe of the dedup_key
+// hash index) or the segment of one message that holds it (one probe of
+// segments_hash).
 const dedupSQL = `
-SELECT d.msg_offset FROM queenside.dedup d
- WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended($2, $1)
-   AND d.partition_id = $1 AND d.hash = $2`
+SELECT max(k.msg_offset)
+  FROM (SELECT d.msg_offset FROM queenside.dedup d
+         WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended($2, $1)
+           AND d.partition_id = $1 AND d.hash = $2
+        UNION ALL
+        SELECT s.last_offset FROM queenside.segments s WHERE s.partition_id = $1 AND s.hash = $2) k
+HAVING count(*) > 0`
 
 // scanSQL is the newest offset of partition $1 from $3 on whose
 // transaction id is $2: the segments from $3 on, their transaction ids
@@ -162,7 +168,7 @@ SELECT s.base_offset + u.i - 1
  ORDER BY 1 DESC LIMIT 1`
 
 // FindTransaction finds the newest retained message of a partition with
-// transaction id txid. The dedup table answers for the messages of its
+// transaction id txid. The kept hashes answer for the messages of their
 // window (an index probe); beyond it, the last scan messages are searched,
 // newest first. byDedup says which answered.
 func (s *Store) FindTransaction(ctx context.Context, b PartitionBounds, txid string, scan int64) (offset int64, found, byDedup bool, err error) {

@@ -12,7 +12,7 @@ import (
 // The message browser's reads use the keys: a page reads the segments of
 // its offsets through segments_pkey and no others, a transaction id search
 // beyond the dedup window reads only the segments of the messages it
-// searches, and one inside it probes dedup_key.
+// searches, and one inside it probes dedup_key and segments_hash.
 func TestBrowseReadsUseTheKeys(t *testing.T) {
 	pgtest.SkipOnCitus(t, "a plan of one PostgreSQL")
 	s := openStore(t)
@@ -82,6 +82,9 @@ func TestBrowseReadsUseTheKeys(t *testing.T) {
 	for _, sc := range explain(dedupSQL, b.ID, TransactionHash("s7-3")) {
 		if sc["Relation Name"] == "dedup" && (indexOf(sc) != "dedup_key" || sc["Actual Rows"].(float64) != 1) {
 			t.Fatalf("the dedup probe: %v", sc)
+		}
+		if sc["Relation Name"] == "segments" && indexOf(sc) != "segments_hash" {
+			t.Fatalf("the probe of the segments of one message: %v", sc)
 		}
 	}
 	off, found, byDedup, err := s.FindTransaction(ctx, b, "s7-3", 1000)
