@@ -301,6 +301,7 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // with pushes and pops in flight
 		g := gap{stopped: time.Now()}
 		sampled := make(chan struct{})
+		sawUnhealthy := make(chan struct{})
 		promoted := make(chan struct{})
 		go func() {
 			defer close(sampled)
@@ -309,6 +310,7 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 				since := time.Since(g.stopped)
 				if !ok && g.unhealthy == 0 {
 					g.unhealthy = since
+					close(sawUnhealthy)
 				}
 				select {
 				case <-promoted:
@@ -323,6 +325,15 @@ func TestFailoverToASynchronousStandbyAndBack(t *testing.T) {
 		}()
 		if err := from.Stop("immediate"); err != nil {
 			t.Fatal(err)
+		}
+		// Like a failover manager, which takes seconds to decide, promote
+		// only once the outage shows: promoted at once, the standby can
+		// shorten it below one sample of the health (on a loaded machine a
+		// single probe took the whole outage and answered from the new
+		// primary).
+		select {
+		case <-sawUnhealthy:
+		case <-time.After(5 * time.Second):
 		}
 		promote(t, to)
 		close(promoted)
