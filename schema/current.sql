@@ -175,7 +175,7 @@ CREATE TABLE queenside.segments (
     CONSTRAINT segments_pkey PRIMARY KEY (partition_id, last_offset)
 );
 ALTER TABLE queenside.segments ALTER COLUMN payloads SET STORAGE EXTERNAL;
-CREATE INDEX segments_hash ON queenside.segments USING btree (partition_id, hash) WHERE (hash IS NOT NULL);
+CREATE INDEX segments_hash ON queenside.segments USING btree (hash, partition_id) WHERE (hash IS NOT NULL);
 
 CREATE SEQUENCE queenside.partition_ids AS bigint START 1 INCREMENT 1;
 

@@ -5,7 +5,11 @@
 -- such message cost two inserted rows: its segment and its dedup row (a
 -- heap tuple and a hash-index entry, for the probe of exact dedup). The
 -- segment now carries the hash in a column of its own, indexed by
--- (partition_id, hash) for the rows that have one; a segment of several
+-- (hash, partition_id) for the rows that have one. The hash leads, as it
+-- does in dedup_key: led by partition_id, the index let the probe of a
+-- push over a hundred partitions be planned as a merge join reading every
+-- hash of those partitions (a cost that grows with what they keep), where
+-- led by the hash the only plan is a look-up a message. A segment of several
 -- messages keeps a dedup row a message as before, since an index entry
 -- needs a row of its own. Every reader of the hashes (push's probe and its
 -- general path, ack by transaction id, the lookup of a transaction id)
@@ -25,7 +29,7 @@
 -- purged as before.
 
 ALTER TABLE queenside.segments ADD COLUMN hash uuid;
-CREATE INDEX segments_hash ON queenside.segments (partition_id, hash) WHERE hash IS NOT NULL;
+CREATE INDEX segments_hash ON queenside.segments (hash, partition_id) WHERE hash IS NOT NULL;
 
 CREATE OR REPLACE FUNCTION queenside.ack(p_group bigint, p_partition bigint, p_lease uuid, p_offsets bigint[], p_hashes uuid[], p_failed boolean[], p_errors text[], p_wake boolean)
  RETURNS TABLE(idx integer, success boolean, code text, dead_lettered boolean, released boolean, cursor_offset bigint)
