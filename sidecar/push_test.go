@@ -197,9 +197,9 @@ func TestCommitTimesStayMonotoneWhenTheClockIsBehind(t *testing.T) {
 // On Citus each of these pushes is one transaction over every shard of the
 // queue, committed in two phases, and the connections' pushes queue on
 // each other's partition locks: on two cores shared with the rest of the
-// suite one waited longer than the default database timeout. The sidecar
-// here waits longer; a deadlock still fails a push, once PostgreSQL's or
-// Citus's detector cancels a transaction in it.
+// suite that can take longer than the default database timeout. The
+// sidecar here waits longer; a deadlock still fails a push, once
+// PostgreSQL's or Citus's detector cancels a transaction in it.
 func TestPushesOverTheSamePartitionsNeverDeadlock(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	ts := startSidecarWith(t, store.Options{URL: dbURL, Timeout: 30 * time.Second}, dbURL, Options{})
