@@ -33,18 +33,13 @@ type Querier interface {
 }
 
 // IsDistributed tells whether the schema has been distributed over Citus
-// (Distribute).
+// (Distribute), as queenside.distributed() answers in the database: the
+// statements that restrict their relations for Citus alone ask it too.
+// The schema is migrated (to version 19 at least) before it is asked. The
+// query is not prepared: a plan would keep the answer it folded.
 func IsDistributed(ctx context.Context, conn Querier) (bool, error) {
 	var distributed bool
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')
-		AND EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		             WHERE n.nspname = $1 AND c.relname = 'partitions')`, Name).Scan(&distributed)
-	if err != nil || !distributed {
-		return false, err
-	}
-	// pg_dist_partition exists only with the extension: asked apart.
-	err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = $1::regclass AND partmethod = 'h')",
-		Name+".partitions").Scan(&distributed)
+	err := conn.QueryRow(ctx, "SELECT "+Name+".distributed()", pgx.QueryExecModeSimpleProtocol).Scan(&distributed)
 	return distributed, err
 }
 

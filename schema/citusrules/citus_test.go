@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -150,6 +151,9 @@ func TestTheRulesAreCitus(t *testing.T) {
 	if _, err := conn.Exec(ctx, citusTables); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := conn.Exec(ctx, schemaFunction(t, "distributed")); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range cases {
 		want := onCitus[c.rule]
 		if want == "" {
@@ -192,4 +196,28 @@ func TestTheRulesAreCitus(t *testing.T) {
 	if err := run(conn, "DO $$ BEGIN PERFORM "+strings.TrimPrefix(keptCall, "SELECT ")+"; END $$"); err != nil {
 		t.Errorf("the kept function failed: %v", err)
 	}
+}
+
+// schemaFunction gives the definition of a function of queenside's schema
+// as schema/current.sql holds it.
+func schemaFunction(t *testing.T, name string) string {
+	t.Helper()
+	text, err := os.ReadFile("../current.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(text)
+	locs := functionStart.FindAllStringSubmatchIndex(s, -1)
+	for i, loc := range locs {
+		if s[loc[2]:loc[3]] != name {
+			continue
+		}
+		end := len(s)
+		if i+1 < len(locs) {
+			end = locs[i+1][0]
+		}
+		return strings.TrimSuffix(strings.TrimSpace(s[loc[0]:end]), ";")
+	}
+	t.Fatalf("current.sql has no function %s", name)
+	return ""
 }
