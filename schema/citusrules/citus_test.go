@@ -206,17 +206,10 @@ func schemaFunction(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(text)
-	locs := functionStart.FindAllStringSubmatchIndex(s, -1)
-	for i, loc := range locs {
-		if s[loc[2]:loc[3]] != name {
-			continue
+	for _, d := range functionDefinitions(string(text)) {
+		if d.name == name {
+			return strings.TrimSuffix(strings.TrimSpace(d.text), ";")
 		}
-		end := len(s)
-		if i+1 < len(locs) {
-			end = locs[i+1][0]
-		}
-		return strings.TrimSuffix(strings.TrimSpace(s[loc[0]:end]), ";")
 	}
 	t.Fatalf("current.sql has no function %s", name)
 	return ""

@@ -22,21 +22,35 @@ func CheckSchemaFile(path string) ([]Violation, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := string(text)
-	locs := functionStart.FindAllStringSubmatchIndex(s, -1)
-	if len(locs) == 0 {
+	defs := functionDefinitions(string(text))
+	if len(defs) == 0 {
 		return nil, fmt.Errorf("%s: no function definitions found", path)
 	}
 	var out []Violation
+	for _, d := range defs {
+		out = append(out, CheckFunction(filepath.Base(path)+": "+d.name, d.text)...)
+	}
+	return dedupe(out), nil
+}
+
+// definition is one function's definition in a file shaped as
+// schema/current.sql.
+type definition struct{ name, text string }
+
+// functionDefinitions splits such a file into its functions' definitions,
+// in file order: each starts a line with CREATE OR REPLACE FUNCTION and
+// ends before the next.
+func functionDefinitions(s string) []definition {
+	locs := functionStart.FindAllStringSubmatchIndex(s, -1)
+	out := make([]definition, 0, len(locs))
 	for i, loc := range locs {
 		end := len(s)
 		if i+1 < len(locs) {
 			end = locs[i+1][0]
 		}
-		name := filepath.Base(path) + ": " + s[loc[2]:loc[3]]
-		out = append(out, CheckFunction(name, s[loc[0]:end])...)
+		out = append(out, definition{s[loc[2]:loc[3]], s[loc[0]:end]})
 	}
-	return dedupe(out), nil
+	return out
 }
 
 // CheckGoFiles checks the SQL in the string literals of Go source files
