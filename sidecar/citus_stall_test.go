@@ -49,10 +49,16 @@ func TestAStalledWorkerBuffersOnlyItsPartitions(t *testing.T) {
 	}
 
 	// The group exists before the stall: a new group's first pop sets its
-	// start in every partition, on every worker.
-	if _, err := c.Pop(testContext(t), queenside.PopArgs{Queue: "ws", Group: "other", Partition: healthy, Batch: 1, AutoAck: true}); err != nil {
-		t.Fatal(err)
-	}
+	// start in every partition, on every worker. On a loaded machine that
+	// may take longer than the database timeout, and is tried again.
+	var joined error
+	waitFor(t, 30*time.Second, "the group's first pop", func() bool {
+		_, joined = c.Pop(testContext(t), queenside.PopArgs{Queue: "ws", Group: "other", Partition: healthy, Batch: 1, AutoAck: true})
+		if joined != nil && !isCode(joined, protocol.CodeUnavailable) {
+			t.Fatal(joined)
+		}
+		return joined == nil
+	})
 	if err := worker.Freeze(); err != nil {
 		t.Fatal(err)
 	}

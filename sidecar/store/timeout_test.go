@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,6 +232,54 @@ func TestACallCutShortOnALiveServerKeepsItsSession(t *testing.T) {
 	}
 	if cut != 2 {
 		t.Errorf("%d segments in partition p; want 2 (warm and after: the cut transaction was rolled back)", cut)
+	}
+}
+
+// A call cut short on a session that neither answers nor confirms the
+// cancel, on a server that is otherwise alive (what a Citus coordinator's
+// session waiting on a frozen worker is), gives its place in the pool up at
+// once: on a pool of one, the next call opens a new connection and is
+// answered within the timeout. (pgx reads a given-up connection until
+// the server closes it, up to 15 s, and the pool counted it all that time:
+// with a worker frozen, calls to the others found no connection free.)
+func TestACallCutShortOnASilentSessionFreesItsPlaceInThePool(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	const timeout = time.Second
+	s, err := OpenWith(ctx, Options{URL: dbURL, Timeout: timeout, Connections: 2, ListenURL: ListenNone}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if n := s.PoolSize(); n != 1 {
+		t.Fatalf("a pool of %d; want 1", n)
+	}
+	var pid int
+	if err := s.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop the session's process %d: %v", pid, err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT) //nolint:errcheck // it finds its client gone and ends
+
+	bctx, cancel := s.Bound(ctx)
+	_, err = s.Ping(bctx)
+	err = TimedOut(bctx, err)
+	cancel()
+	if AsTimeout(err) == nil {
+		t.Fatalf("a ping on a stopped session: %v; want a *TimeoutError", err)
+	}
+	bctx, cancel = s.Bound(ctx)
+	began := time.Now()
+	_, err = s.Ping(bctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("the next ping, on a pool of one: %v after %v; want it answered on a new connection", err, time.Since(began))
+	}
+	var other int
+	if err := s.pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&other); err != nil || other == pid {
+		t.Fatalf("the pool's session after: %d (%v); want a new one, not %d", other, err, pid)
 	}
 }
 
