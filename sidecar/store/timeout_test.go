@@ -83,20 +83,28 @@ func TestGuardsOnTheConnections(t *testing.T) {
 // counts as the database out of reach; a push still waiting for the group
 // commit when its caller gives up was never sent (ErrNotSent); each is
 // counted. The server applied the guards to the session.
-func TestCallsOnAFrozenServerEndAtTheBound(t *testing.T) {
-	if pgtest.Citus() {
-		t.Skip("skipped on Citus: one server is frozen here")
-	}
+// startServerOfItsOwn starts a PostgreSQL for one test, which may then
+// signal its processes.
+func startServerOfItsOwn(t *testing.T) *pgserver.Server {
+	t.Helper()
 	dir := t.TempDir()
 	for _, p := range []string{dir, filepath.Dir(dir)} {
 		os.Chmod(p, 0o755) //nolint:errcheck // pgserver falls back to /var/tmp
 	}
-	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{Dir: dir, Fast: true})
+	pg, err := pgserver.Start(context.Background(), pgserver.Options{Dir: dir, Fast: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pg.Stop("immediate") }) //nolint:errcheck // cleanup
+	return pg
+}
+
+func TestCallsOnAFrozenServerEndAtTheBound(t *testing.T) {
+	if pgtest.Citus() {
+		t.Skip("skipped on Citus: one server is frozen here")
+	}
+	ctx := context.Background()
+	pg := startServerOfItsOwn(t)
 	const timeout = 500 * time.Millisecond
 	s, err := OpenWith(ctx, Options{URL: pg.URL("postgres"), Timeout: timeout}, nil)
 	if err != nil {
@@ -243,10 +251,13 @@ func TestACallCutShortOnALiveServerKeepsItsSession(t *testing.T) {
 // the server closes it, up to 15 s, and the pool counted it all that time:
 // with a worker frozen, calls to the others found no connection free.)
 func TestACallCutShortOnASilentSessionFreesItsPlaceInThePool(t *testing.T) {
+	if pgtest.Citus() {
+		t.Skip("skipped on Citus: a server of its own here (TestAStalledWorkerBuffersOnlyItsPartitions is the case on Citus)")
+	}
 	ctx := context.Background()
-	dbURL := pgtest.NewDatabase(t)
+	pg := startServerOfItsOwn(t)
 	const timeout = time.Second
-	s, err := OpenWith(ctx, Options{URL: dbURL, Timeout: timeout, Connections: 2, ListenURL: ListenNone}, nil)
+	s, err := OpenWith(ctx, Options{URL: pg.URL("postgres"), Timeout: timeout, Connections: 2, ListenURL: ListenNone}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
