@@ -79,10 +79,6 @@ func TestGuardsOnTheConnections(t *testing.T) {
 	}
 }
 
-// On a frozen server: a call ends at the bound with a *TimeoutError, which
-// counts as the database out of reach; a push still waiting for the group
-// commit when its caller gives up was never sent (ErrNotSent); each is
-// counted. The server applied the guards to the session.
 // startServerOfItsOwn starts a PostgreSQL for one test, which may then
 // signal its processes.
 func startServerOfItsOwn(t *testing.T) *pgserver.Server {
@@ -99,6 +95,10 @@ func startServerOfItsOwn(t *testing.T) *pgserver.Server {
 	return pg
 }
 
+// On a frozen server: a call ends at the bound with a *TimeoutError, which
+// counts as the database out of reach; a push still waiting for the group
+// commit when its caller gives up was never sent (ErrNotSent); each is
+// counted. The server applied the guards to the session.
 func TestCallsOnAFrozenServerEndAtTheBound(t *testing.T) {
 	if pgtest.Citus() {
 		t.Skip("skipped on Citus: one server is frozen here")
