@@ -33,6 +33,7 @@ type sharedCases struct {
 	ConsumeDefaults struct {
 		Batch          int  `json:"batch"`
 		Partitions     int  `json:"partitions"`
+		Concurrency    int  `json:"concurrency"`
 		WaitMs         int  `json:"waitMs"`
 		StopOnSignals  bool `json:"stopOnSignals"`
 		FailureBackoff struct {
@@ -40,6 +41,7 @@ type sharedCases struct {
 			MaxMs     int `json:"maxMs"`
 		} `json:"failureBackoff"`
 	} `json:"consumeDefaults"`
+	ConcurrencyMax       int `json:"concurrencyMax"`
 	FailureBackoffDelays []struct {
 		Failures int `json:"failures"`
 		DelayMs  int `json:"delayMs"`

@@ -21,11 +21,24 @@ type Handler func(ctx context.Context, m Message) error
 
 // ConsumeOptions tune Consume. Zero values take the defaults.
 type ConsumeOptions struct {
-	Group      string // "" consumes in queue mode
-	Partition  string // "" consumes any partition
-	Batch      int    // messages per pop; default 10
-	Partitions int    // partitions per pop; default 1
-	WaitMs     int    // long-poll wait; default 5000
+	Group     string // "" consumes in queue mode
+	Partition string // "" consumes any partition
+	// Batch is the most messages a pop returns, over all its partitions;
+	// default 100. Partitions is the most partitions a pop leases; default
+	// 100. Over many partitions each holding a few messages, a pop then
+	// serves what is waiting in up to 100 of them in one round trip,
+	// rather than one partition's few messages.
+	Batch      int
+	Partitions int
+	WaitMs     int // long-poll wait; default 5000
+	// Concurrency is how many handlers run at once over the partitions of
+	// a pop: each partition's messages go to one call of h after another,
+	// in offset order, and different partitions run in parallel; default
+	// 1. Above 1, h must be safe to call from several goroutines. Raise it
+	// when h waits (on I/O, another service): a pop that takes a burst of
+	// 100 messages over 100 partitions is then not handled one message
+	// after another.
+	Concurrency int
 	// LeaseSeconds is how long a pop's leases last, renewed while handlers
 	// run; default the queue's leaseSeconds (60 unless configured). It is
 	// also how long a crashed consumer's partitions wait before another
@@ -76,10 +89,13 @@ type ConsumeOptions struct {
 
 func (o *ConsumeOptions) defaults() {
 	if o.Batch <= 0 {
-		o.Batch = 10
+		o.Batch = 100
 	}
 	if o.Partitions <= 0 {
-		o.Partitions = 1
+		o.Partitions = 100
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 1
 	}
 	if o.WaitMs <= 0 {
 		o.WaitMs = 5000
@@ -133,11 +149,17 @@ type ConsumeStats struct {
 // errNoHandler is Consume's answer to a nil handler.
 var errNoHandler = errors.New("queenside: consume needs a handler")
 
+// MaxConcurrency bounds ConsumeOptions.Concurrency, as in the Python and
+// Node clients: a handler runs a lease, and a pop leases at most that many
+// partitions, so a higher concurrency would never be used.
+const MaxConcurrency = protocol.MaxPopPartitions
+
 // settleTimeout bounds the acks and releases a stopping consumer still sends.
 const settleTimeout = 10 * time.Second
 
-// Consume pops messages of queue and hands them to h one at a time, in
-// partition order, until ctx ends (cancelled or past its deadline) or the
+// Consume pops messages of queue and hands them to h, each partition's one
+// at a time and in order (up to opts.Concurrency partitions of a pop at
+// once), until ctx ends (cancelled or past its deadline) or the
 // process receives SIGINT or SIGTERM (unless opts.IgnoreSignals). Each call
 // of h runs in a consumer span that joins the trace the message's headers
 // carry (see tracing.go). Each message is acked completed when h returns
@@ -151,7 +173,8 @@ const settleTimeout = 10 * time.Second
 // released so that other consumers get it at once. A long-poll in flight is
 // not waited for: its answer, when it comes, has its leases released. A
 // stop is clean: Consume returns what it handled and a nil error; an error
-// is what ended it otherwise. A nil h is refused before anything is sent.
+// is what ended it otherwise. A nil h and a Concurrency above MaxConcurrency are refused
+// before anything is sent.
 // Without opts.AckAsync, a batch's acks ride on the next pop, which the
 // sidecar serves in the acks' transaction (AckAndPop): a cycle is one
 // request. With opts.AckAsync, acks go in the background (see
@@ -161,8 +184,11 @@ func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts Cons
 	if h == nil {
 		return stats, errNoHandler
 	}
+	if opts.Concurrency > MaxConcurrency {
+		return stats, fmt.Errorf("queenside: consume: concurrency %d is above %d", opts.Concurrency, MaxConcurrency)
+	}
 	opts.defaults()
-	// stop ends the loop; the handlers get ctx itself.
+	// stop ends the loops; the handlers get ctx itself.
 	stop, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if !opts.IgnoreSignals {
@@ -178,9 +204,15 @@ func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts Cons
 			}
 		}()
 	}
-	// Without AckAsync, the acks of a batch ride on the next pop (one
-	// request, one transaction: AckAndPop); those still held when the
-	// loop stops are sent on their own.
+	return stats, c.consumeLoop(ctx, stop, queue, h, &opts, ack, &stats)
+}
+
+// consumeLoop pops, hands the batch to h and pops again, until stop ends
+// or an error it cannot retry. Without
+// AckAsync, a batch's acks ride on the next pop (one request, one
+// transaction: AckAndPop); those still held when the loop stops are sent
+// on their own.
+func (c *Client) consumeLoop(ctx, stop context.Context, queue string, h Handler, opts *ConsumeOptions, ack *acker, stats *ConsumeStats) (err error) {
 	var carried []AckItem
 	defer func() {
 		if len(carried) > 0 {
@@ -218,23 +250,23 @@ func (c *Client) Consume(ctx context.Context, queue string, h Handler, opts Cons
 				sleep(stop, 250*time.Millisecond)
 				continue
 			}
-			return stats, fmt.Errorf("queenside: consume %s: %w", queue, a.err)
+			return fmt.Errorf("queenside: consume %s: %w", queue, a.err)
 		}
 		res := a.pop
 		if ack != nil && len(res.Leases) == 0 && waitMs != opts.WaitMs {
 			ack.wait()
 			continue
 		}
-		if carried, err = c.handleBatch(ctx, stop, res, h, &opts, ack, &stats); err != nil {
-			return stats, err
+		if carried, err = c.handleBatch(ctx, stop, res, h, opts, ack, stats); err != nil {
+			return err
 		}
 		if ack != nil && opts.OnAckError == nil {
 			if err := ack.takeErr(); err != nil {
-				return stats, err
+				return err
 			}
 		}
 	}
-	return stats, nil
+	return nil
 }
 
 // stopOnSignals calls stop on the first SIGINT or SIGTERM (one the process
@@ -341,8 +373,9 @@ func (c *Client) popCarrying(ctx context.Context, args PopArgs, carried []AckIte
 	return a
 }
 
-// handleBatch runs h over one pop's messages, lease by lease, and returns
-// the acks for the next pop to carry. A failure is acked once the wait
+// handleBatch runs h over one pop's messages, up to opts.Concurrency
+// leases at once, each lease's messages in order, and returns the acks for
+// the next pop to carry. A failure is acked once the wait
 // its FailureBackoff gives has passed, after the other leases' messages
 // were handled (the wait ends at once on a stop). With ack (AckAsync),
 // the acks of a batch that only completed messages are left to it, and so
@@ -364,44 +397,37 @@ func (c *Client) handleBatch(ctx, stop context.Context, res PopResult, h Handler
 	for _, m := range res.Messages {
 		byLease[m.LeaseID] = append(byLease[m.LeaseID], m)
 	}
+	// Each lease (one partition) is handled by one worker, message after
+	// message; up to opts.Concurrency leases at once.
+	outcomes := make([]leaseOutcome, len(res.Leases))
+	next := make(chan int, len(res.Leases))
+	for i := range res.Leases {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(opts.Concurrency, len(res.Leases)) {
+		wg.Go(func() {
+			for i := range next {
+				l := res.Leases[i]
+				outcomes[i] = handleLease(ctx, stop, l, byLease[l.LeaseID], h, opts)
+			}
+		})
+	}
+	wg.Wait()
 	var acks []AckItem
 	var release []string
 	var retryAt time.Time // when the failures may be acked
-	for _, l := range res.Leases {
-		for _, m := range byLease[l.LeaseID] {
-			if stop.Err() != nil { // stopping: give back what was not started
-				release = append(release, l.LeaseID)
-				break
-			}
-			hctx, span := startProcess(ctx, m, opts.Group)
-			err := h(hctx, m)
-			endProcess(span, err)
-			if err == nil {
-				stats.Completed++
-				acks = append(acks, Completed(m))
-				continue
-			}
-			if ctx.Err() != nil { // interrupted, not failed: charge nothing
-				release = append(release, l.LeaseID)
-				break
-			}
-			stats.Failed++
-			// The failures of m in a row, this one included: the lease's
-			// headAttempts counts the deliveries of its first message.
-			failures := 1
-			if m.Offset == l.FromOffset && l.HeadAttempts > 1 {
-				failures = l.HeadAttempts
-			}
-			delay := opts.FailureBackoff.Delay(failures)
-			opts.Logger.Warn("queenside: handler failed; the message will be retried",
-				"queue", m.Queue, "partition", m.Partition, "offset", m.Offset, "error", err,
-				"failures", failures, "retryIn", delay)
-			if at := time.Now().Add(delay); at.After(retryAt) {
-				retryAt = at
-			}
-			acks = append(acks, Failed(m, err.Error()))
-			break // the rest of this span comes again after the rewind
+	for i, o := range outcomes {
+		acks = append(acks, o.acks...)
+		if o.release {
+			release = append(release, res.Leases[i].LeaseID)
 		}
+		if o.retryAt.After(retryAt) {
+			retryAt = o.retryAt
+		}
+		stats.Completed += o.completed
+		stats.Failed += o.failed
 	}
 	if !retryAt.IsZero() {
 		sleep(stop, time.Until(retryAt))
@@ -428,6 +454,53 @@ func (c *Client) handleBatch(ctx, stop context.Context, res PopResult, h Handler
 		return acks, nil
 	}
 	return nil, c.settle(ctx, opts.Logger, res.Leases[0].Queue, acks, release)
+}
+
+// leaseOutcome is what handling one lease's messages came to.
+type leaseOutcome struct {
+	acks              []AckItem
+	release           bool      // stopping: the lease is given back
+	retryAt           time.Time // a failure may be acked from then on; zero without one
+	completed, failed int
+}
+
+// handleLease runs h over the messages of one lease, in order, until the
+// first failure (the rest of the span comes again after the rewind) or a
+// stop (what was not started is released).
+func handleLease(ctx, stop context.Context, l Lease, msgs []Message, h Handler, opts *ConsumeOptions) (o leaseOutcome) {
+	for _, m := range msgs {
+		if stop.Err() != nil { // stopping: give back what was not started
+			o.release = true
+			return o
+		}
+		hctx, span := startProcess(ctx, m, opts.Group)
+		err := h(hctx, m)
+		endProcess(span, err)
+		if err == nil {
+			o.completed++
+			o.acks = append(o.acks, Completed(m))
+			continue
+		}
+		if ctx.Err() != nil { // interrupted, not failed: charge nothing
+			o.release = true
+			return o
+		}
+		o.failed++
+		// The failures of m in a row, this one included: the lease's
+		// headAttempts counts the deliveries of its first message.
+		failures := 1
+		if m.Offset == l.FromOffset && l.HeadAttempts > 1 {
+			failures = l.HeadAttempts
+		}
+		delay := opts.FailureBackoff.Delay(failures)
+		opts.Logger.Warn("queenside: handler failed; the message will be retried",
+			"queue", m.Queue, "partition", m.Partition, "offset", m.Offset, "error", err,
+			"failures", failures, "retryIn", delay)
+		o.retryAt = time.Now().Add(delay)
+		o.acks = append(o.acks, Failed(m, err.Error()))
+		return o
+	}
+	return o
 }
 
 // settle sends acks, then releases leases, even while ctx ends; refused

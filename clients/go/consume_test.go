@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -175,5 +176,98 @@ func TestConsumeCarriesEachBatchsAcksOnTheNextPop(t *testing.T) {
 	if pops != 1 || plain > 1 || carried < len(batches)-1 {
 		t.Fatalf("%d pops, %d acks carrying a pop and %d plain acks for %d batches: want one pop, the acks of every batch but the last carried, and at most one plain ack",
 			pops, carried, plain, len(batches))
+	}
+}
+
+// Concurrency runs up to that many handlers at once over a pop's
+// partitions: handlers of different partitions overlap, those of one
+// partition never do, and each partition's messages come in offset order.
+// The default, 1, never overlaps two handlers.
+func TestConsumeConcurrency(t *testing.T) {
+	c := dial(t, startSidecar(t))
+	const partitions, each = 8, 6
+	var items []protocol.PushItem
+	for i := range partitions * each {
+		it, err := queenside.Item("lanes", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it.Partition = fmt.Sprintf("p%d", i%partitions)
+		items = append(items, it)
+	}
+	if _, err := c.Push(context.Background(), items...); err != nil {
+		t.Fatal(err)
+	}
+	run := func(group string, concurrency int) (most int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var (
+			mu      sync.Mutex
+			running int
+			busy    = map[string]bool{}
+			want    = map[string]int64{} // the next offset of each partition
+			handled int
+			failed  bool
+		)
+		_, err := c.Consume(ctx, "lanes", func(_ context.Context, m queenside.Message) error {
+			mu.Lock()
+			if busy[m.Partition] {
+				t.Errorf("%s: two handlers at once in partition %s", group, m.Partition)
+			}
+			if m.Offset != want[m.Partition] {
+				t.Errorf("%s: partition %s offset %d, want %d", group, m.Partition, m.Offset, want[m.Partition])
+			}
+			busy[m.Partition] = true
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // long enough for the other partitions' handlers to start
+			mu.Lock()
+			defer mu.Unlock()
+			busy[m.Partition] = false
+			running--
+			if m.Partition == "p3" && m.Offset == 2 && !failed {
+				failed = true // once: p3 comes again from offset 2, the others go on
+				return errors.New("transient")
+			}
+			want[m.Partition] = m.Offset + 1
+			if handled++; handled == partitions*each {
+				cancel()
+			}
+			return nil
+		}, queenside.ConsumeOptions{Group: group, Concurrency: concurrency, WaitMs: 200, IgnoreSignals: true,
+			FailureBackoff: queenside.Backoff{Disabled: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if handled != partitions*each {
+			t.Fatalf("%s: %d handled, want %d", group, handled, partitions*each)
+		}
+		return most
+	}
+	if most := run("one", 0); most != 1 {
+		t.Fatalf("the default ran %d handlers at once, want 1", most)
+	}
+	if most := run("four", 4); most < 2 || most > 4 {
+		t.Fatalf("Concurrency 4 ran at most %d handlers at once, want 2 to 4", most)
+	}
+}
+
+// A Concurrency above MaxConcurrency is refused before anything is sent.
+func TestConsumeConcurrencyBound(t *testing.T) {
+	want := loadCases(t)
+	if queenside.MaxConcurrency != want.ConcurrencyMax || want.ConsumeDefaults.Concurrency != 1 {
+		t.Fatalf("MaxConcurrency %d and default 1, cases.json says %d and %d", queenside.MaxConcurrency, want.ConcurrencyMax, want.ConsumeDefaults.Concurrency)
+	}
+	s := newScripted(t, func(_ int, req protocol.Request) reply { return resultReply(req) })
+	c := dialScripted(t, s)
+	_, err := c.Consume(context.Background(), "q", func(context.Context, queenside.Message) error { return nil },
+		queenside.ConsumeOptions{Concurrency: queenside.MaxConcurrency + 1, IgnoreSignals: true})
+	if err == nil || !strings.Contains(err.Error(), "concurrency 101 is above 100") {
+		t.Fatalf("err %v, want concurrency 101 is above 100", err)
+	}
+	if n, _ := s.count(); n != 0 {
+		t.Fatalf("%d requests sent, want none", n)
 	}
 }

@@ -3,6 +3,7 @@ package queenside_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -238,5 +239,43 @@ func TestReadmeInsideYourOwnTransactionRunsAsPrinted(t *testing.T) {
 	}
 	if p := st.Partitions[0]; p.HeadOffset != 2 || p.Groups[0].Cursor != 2 {
 		t.Fatalf("after the three runs: %+v", p)
+	}
+}
+
+// What the consume loop does by default is said in the same words in the
+// three clients' READMEs, and with the defaults cases.json holds.
+func TestReadmesSayTheConsumeDefaultsAlike(t *testing.T) {
+	const heading = "**What the consume loop does by default.**"
+	var first string
+	for _, path := range []string{"README.md", "../python/README.md", "../node/README.md"} {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(raw)
+		at := strings.Index(s, heading)
+		if at < 0 {
+			t.Fatalf("%s does not say %s", path, heading)
+		}
+		para, _, _ := strings.Cut(s[at:], "\n\n")
+		para = strings.Join(strings.Fields(para), " ")
+		if first == "" {
+			first = para
+			continue
+		}
+		if para != first {
+			t.Errorf("%s says\n%s\nREADME.md says\n%s", path, para, first)
+		}
+	}
+	d := loadCases(t).ConsumeDefaults
+	for _, want := range []string{
+		fmt.Sprintf("up to %d messages from up to %d partitions", d.Batch, d.Partitions),
+		fmt.Sprintf("waits up to %d s", d.WaitMs/1000),
+		fmt.Sprintf("(concurrency %d)", d.Concurrency),
+		fmt.Sprintf("(up to %d)", loadCases(t).ConcurrencyMax),
+	} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the READMEs do not say %q: %s", want, first)
+		}
 	}
 }

@@ -363,7 +363,7 @@ export interface ConsumerOptions {
   subscriptionFrom?: TimeArg;
   /** How often leases are renewed while messages are handled; default a third of the lease time. */
   renewEveryMs?: number;
-  /** Stops the loop: the message in hand is finished, the rest released. */
+  /** Stops the loop: the messages in hand are finished, the rest released. */
   signal?: AbortSignal;
   /**
    * Stop as `signal` does on SIGINT and SIGTERM (true, the default), on the
@@ -376,7 +376,15 @@ export interface ConsumerOptions {
 export type MessagesOptions = ConsumerOptions;
 
 export interface ConsumeOptions extends ConsumerOptions {
-  /** Pop loops run at once, each holding its own partitions; default 1. */
+  /**
+   * How many handler calls run at once, from 1 (the default) to 100. One
+   * loop pops; the pop's messages are grouped by partition (one lease
+   * each), and up to this many partitions are handled at once, each
+   * partition's messages one after another, in offset order, never two at
+   * once in one partition. The pop's acks go once all its partitions are
+   * done. With 1, messages are handled one at a time, in the order the pop
+   * returned them.
+   */
   concurrency?: number;
   /**
    * Send the acks of batches whose messages all completed in the background,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/janitor"
 )
@@ -35,6 +36,7 @@ const (
 	ScenarioConsume    = "consume"
 	ScenarioAckAsync   = "ackasync"
 	ScenarioHeld       = "held"
+	ScenarioPgmq       = "pgmq"
 )
 
 // Scenarios returns the scenarios a run does by default, in the order Run
@@ -47,16 +49,18 @@ func Scenarios() []string {
 // allScenarios is every scenario, in the order Run runs them.
 func allScenarios() []string {
 	return []string{ScenarioPush, ScenarioInsert, ScenarioSQLSend, ScenarioPopAck, ScenarioAutoAck, ScenarioConsume, ScenarioAckAsync, ScenarioMixed,
-		ScenarioCurve, ScenarioIdle, ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioHeld, ScenarioFloor, ScenarioSoak,
+		ScenarioCurve, ScenarioPgmq, ScenarioIdle, ScenarioLatency, ScenarioPartitions, ScenarioFanout, ScenarioHeld, ScenarioFloor, ScenarioSoak,
 		ScenarioSpool, ScenarioReplay}
 }
 
 // onRequest names the scenarios that run only when named: soak takes
 // minutes, not seconds, and held pushes and drains twice a backlog of a
 // million; consume and ackasync compare the Go client's consume loop with
-// and without AckAsync (consumeloop.go).
+// and without AckAsync (consumeloop.go); pgmq needs pgmq's SQL, which the
+// bench does not hold (--pgmq-sql, pgmq.go).
 func onRequest(name string) bool {
-	return name == ScenarioSoak || name == ScenarioHeld || name == ScenarioConsume || name == ScenarioAckAsync
+	return name == ScenarioSoak || name == ScenarioHeld || name == ScenarioConsume || name == ScenarioAckAsync ||
+		name == ScenarioPgmq
 }
 
 // stopsPostgres names the scenarios that stop and restart PostgreSQL: they
@@ -96,10 +100,24 @@ type Config struct {
 	MixedPopPartitions int           `json:"mixed-pop-partitions"`
 	MixedWaitMs        int           `json:"mixed-wait-ms"`
 
+	// The live queue's consumers (mixed and curve; live.go): Consumer is
+	// ConsumerLoop (the Go client's Consume with its defaults) or
+	// ConsumerPop (the tuned pop cycle of PopBatch and MixedPopPartitions);
+	// ConsumerCommand, when set, runs that program a consumer instead.
+	// ConsumeConcurrency is the consume loops' concurrency (0: their
+	// default), HandlerWait how long their handler waits a message.
+	Consumer           string        `json:"consumer"`
+	ConsumerCommand    string        `json:"consumer-command"`
+	ConsumeConcurrency int           `json:"consume-concurrency"`
+	HandlerWait        time.Duration `json:"handler-wait"`
+
 	// The curve: mixed's producers and consumers at each of CurveRates
 	// (messages/s offered) for CurveDuration, each on a fresh queue.
 	CurveRates    []int         `json:"curve-rates"`
 	CurveDuration time.Duration `json:"curve-duration"`
+	// PgmqSQL is pgmq's pgmq-extension/sql/pgmq.sql, which the pgmq
+	// scenario loads to run the curve's traffic through pgmq (pgmq.go).
+	PgmqSQL string `json:"pgmq-sql"`
 	// IdleDuration is how long idle watches mixed's consumers long-polling
 	// an empty queue of mixed's partitions.
 	IdleDuration time.Duration `json:"idle-duration"`
@@ -195,6 +213,7 @@ func DefaultConfig() Config {
 		MixedConsumers:     4,
 		MixedPopPartitions: 10,
 		MixedWaitMs:        1000,
+		Consumer:           ConsumerLoop,
 		CurveRates:         []int{2000, 5000, 10000, 20000, 30000},
 		CurveDuration:      20 * time.Second,
 		IdleDuration:       30 * time.Second,
@@ -285,6 +304,7 @@ func (c Config) Validate() error {
 		{"mixed-consumers", c.MixedConsumers, 1, 4096},
 		{"mixed-pop-partitions", c.MixedPopPartitions, 1, protocol.MaxPopPartitions},
 		{"mixed-wait-ms", c.MixedWaitMs, 0, protocol.MaxWaitMs},
+		{"consume-concurrency", c.ConsumeConcurrency, 0, queenside.MaxConcurrency},
 		{"latency-requests", c.LatencyRequests, 1, 1 << 30},
 		{"scale-partitions", c.ScalePartitions, 1, 1 << 30},
 		{"fanout-groups", c.FanoutGroups, 1, 1000},
@@ -305,6 +325,12 @@ func (c Config) Validate() error {
 		if k.v < k.lo || k.v > k.hi {
 			return fmt.Errorf("--%s %d: want %d..%d", k.name, k.v, k.lo, k.hi)
 		}
+	}
+	if c.Consumer != ConsumerLoop && c.Consumer != ConsumerPop {
+		return fmt.Errorf("--consumer %q: want %s or %s", c.Consumer, ConsumerLoop, ConsumerPop)
+	}
+	if c.HandlerWait < 0 {
+		return fmt.Errorf("--handler-wait %v: want 0 or more", c.HandlerWait)
 	}
 	if c.Encrypt && c.Socket != "" {
 		return fmt.Errorf("--encrypt needs the sidecar the bench starts (no --socket)")

@@ -68,6 +68,7 @@ const curveDrain = 10 * time.Second
 func (b *bench) scenarioCurve(ctx context.Context) Result {
 	r := Result{Name: ScenarioCurve}
 	var all *tally
+	fmt.Fprintf(b.out, "  consumers: %d, %s\n", b.cfg.MixedConsumers, b.cfg.consumerName())
 	for _, rate := range b.cfg.CurveRates {
 		if ctx.Err() != nil {
 			break
@@ -121,13 +122,39 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 		return fail(err)
 	}
 
-	bt := b.newBatcher(queue, name, b.cfg.MixedPartitions)
-	writes := b.countWrites(ctx)
-	m := b.probe.start()
-	end := time.Now().Add(b.cfg.CurveDuration)
+	var end, drainEnd time.Time // set once the consumers are ready, before they run
 	var inWindow, drained atomic.Int64
 	pushedTotal := atomic.Int64{}
 	pushedTotal.Store(-1) // unknown until the producers are done
+	run, err := b.startConsumers(ctx, consumers, liveConsumers{
+		queue: queue, group: ScenarioCurve,
+		done: func() bool {
+			all := pushedTotal.Load()
+			return !time.Now().Before(drainEnd) || all >= 0 && inWindow.Load()+drained.Load() >= all
+		},
+		waitMs: func() int {
+			if left := time.Until(end); left > 0 {
+				return min(b.cfg.MixedWaitMs, int(left/time.Millisecond)+1)
+			}
+			return 100 // draining: look again soon, and stop once all is in
+		},
+		count: func(n int, at time.Time) {
+			if at.Before(end) {
+				inWindow.Add(int64(n))
+			} else {
+				drained.Add(int64(n))
+			}
+		},
+	})
+	if err != nil {
+		return fail(err)
+	}
+
+	bt := b.newBatcher(queue, name, b.cfg.MixedPartitions)
+	writes := b.countWrites(ctx)
+	m := b.probe.start()
+	end = time.Now().Add(b.cfg.CurveDuration)
+	drainEnd = end.Add(curveDrain)
 	var pushed, consumed *tally
 	var wg sync.WaitGroup
 	wg.Go(func() { // the CPU of the window, and nothing after it
@@ -141,34 +168,7 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 		pushed = b.produce(ctx, producers, bt, rate, end)
 		pushedTotal.Store(pushed.messages)
 	})
-	wg.Go(func() {
-		drainEnd := end.Add(curveDrain)
-		consumed = workers(consumers, b.cfg.Inflight, func(_ int, c *queenside.Client, t *tally) {
-			t.partitions = map[string]struct{}{}
-			y := &cycler{c: c, t: t}
-			defer y.flush(ctx)
-			for ctx.Err() == nil && time.Now().Before(drainEnd) {
-				if all := pushedTotal.Load(); all >= 0 && inWindow.Load()+drained.Load() >= all {
-					return
-				}
-				a := args
-				if left := time.Until(end); left > 0 {
-					a.WaitMs = min(b.cfg.MixedWaitMs, int(left/time.Millisecond)+1)
-				} else {
-					a.WaitMs = 100 // draining: look again soon, and stop once all is in
-				}
-				n := y.next(ctx, a)
-				switch {
-				case n == 0:
-					t.emptyPops++
-				case time.Now().Before(end):
-					inWindow.Add(int64(n))
-				default:
-					drained.Add(int64(n))
-				}
-			}
-		})
-	})
+	wg.Go(func() { consumed = run() })
 	wg.Wait()
 	p.Seconds = b.cfg.CurveDuration.Seconds()
 	p.Pushed = pushed.messages

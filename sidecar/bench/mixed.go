@@ -28,20 +28,28 @@ func (b *bench) scenarioMixed(ctx context.Context) Result {
 	}
 	defer doneC()
 
+	var end time.Time // set once the consumers are ready, before they run
+	run, err := b.startConsumers(ctx, consumers, liveConsumers{
+		queue: queue, group: ScenarioMixed,
+		done: func() bool { return !time.Now().Before(end) },
+		waitMs: func() int {
+			return max(min(b.cfg.MixedWaitMs, int(time.Until(end)/time.Millisecond)), 0)
+		},
+		count: func(int, time.Time) {},
+	})
+	if err != nil {
+		r.setupFailed(err)
+		return r
+	}
+
 	bt := b.newBatcher(queue, ScenarioMixed, b.cfg.MixedPartitions)
 	writes := b.countWrites(ctx)
 	m := b.probe.start()
-	end := time.Now().Add(b.cfg.MixedDuration)
+	end = time.Now().Add(b.cfg.MixedDuration)
 	var pushed, consumed *tally
 	var wg sync.WaitGroup
 	wg.Go(func() { pushed = b.produce(ctx, producers, bt, b.cfg.MixedRate, end) })
-	wg.Go(func() {
-		args := queenside.PopArgs{Queue: queue, Group: ScenarioMixed, Batch: b.cfg.PopBatch,
-			Partitions: b.cfg.MixedPopPartitions}
-		consumed = workers(consumers, b.cfg.Inflight, func(_ int, c *queenside.Client, t *tally) {
-			consumeUntil(ctx, c, t, args, b.cfg.MixedWaitMs, end)
-		})
-	})
+	wg.Go(func() { consumed = run() })
 	wg.Wait()
 	m.stop(&r)
 	// The producers' queued items are "pushed"; messages are deliveries.

@@ -45,6 +45,7 @@ var scenarioFuncs = map[string]func(*bench, context.Context) Result{
 	ScenarioAutoAck:    (*bench).scenarioAutoAck,
 	ScenarioMixed:      (*bench).scenarioMixed,
 	ScenarioCurve:      (*bench).scenarioCurve,
+	ScenarioPgmq:       (*bench).scenarioPgmq,
 	ScenarioIdle:       (*bench).scenarioIdle,
 	ScenarioLatency:    (*bench).scenarioLatency,
 	ScenarioPartitions: (*bench).scenarioPartitions,

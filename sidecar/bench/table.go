@@ -88,7 +88,7 @@ func printTable(w io.Writer, rep *Report) {
 	tw.Flush()
 	for _, r := range rep.Scenarios {
 		if len(r.Curve) > 0 {
-			printCurve(w, r.Curve)
+			printCurve(w, r.Name, r.Curve)
 		}
 		if r.Idle != nil {
 			fmt.Fprintf(w, "\nidle: %s\n", idleLine(r.Idle))
@@ -150,10 +150,15 @@ func thousands(v float64) string {
 	return b.String()
 }
 
-// printCurve is the curve's own table: per offered rate, what was
-// delivered, how fast, at what cost a message, and to how many partitions.
-func printCurve(w io.Writer, points []CurvePoint) {
-	fmt.Fprintln(w, "\ncurve (mixed's producers and consumers at each offered rate):")
+// printCurve is the table of curve, or of pgmq, which runs the curve's
+// traffic through pgmq: per offered rate, what was delivered, how fast, at
+// what cost a message, and to how many partitions (pgmq's groups).
+func printCurve(w io.Writer, name string, points []CurvePoint) {
+	heading := "curve (mixed's producers and consumers at each offered rate)"
+	if name == ScenarioPgmq {
+		heading = "pgmq (curve's producers and consumers through pgmq's FIFO-grouped reads, at each offered rate)"
+	}
+	fmt.Fprintf(w, "\n%s:\n", heading)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "offered/s\tdelivered/s\tleft\tdrain s\tdeliv p50 ms\tdeliv p99 ms\tdeliv max ms\t"+
 		"push p50 ms\tpg µs/msg\tsidecar µs/msg\tpartitions served/pushed\terrors\t")

@@ -2,7 +2,7 @@
 //
 // A batch whose messages all completed hands its ack items here, and its
 // loop pops again at once. At most one ack call is in flight; the items
-// added meanwhile, by any batch, lease or loop, go together in the next
+// added meanwhile, by any batch or lease, go together in the next
 // call. A batch's leases are renewed until its ack is answered, since an
 // ack is only valid while its lease lives.
 //

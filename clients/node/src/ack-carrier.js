@@ -4,7 +4,7 @@
 // release) is held here, and the loop's next pop carries its acks in one
 // ackAndPop request: the sidecar applies them and serves the pop in one
 // transaction (PROTOCOL.md, ack, revision 1.2), so a batch costs one round
-// trip instead of two. Each loop has its own carrier: at most one batch is
+// trip instead of two. Each consume() has its own carrier: at most one batch is
 // held at a time, the one just handled.
 //
 // - The carrying call does not wait: it goes with waitMs 0 and without the

@@ -1,33 +1,38 @@
 // client.consume(): a worker loop around a handler.
 //
-// Each of `concurrency` loops pops (long-poll), hands the messages to the
-// handler one at a time, in offset order, and acks once per pop: completed
-// when the handler returned (or its promise resolved), failed when it threw
-// (or rejected). A failure ends that lease: the failed message and the rest
-// of its partition's span come again, and the failure is charged to the
+// One loop pops (long-poll), hands the messages to the handler, and acks
+// once per pop: completed when the handler returned (or its promise
+// resolved), failed when it threw (or rejected). A pop's messages are
+// grouped by lease (one lease holds one partition): each lease's messages
+// go to the handler one after another, in offset order, and up to
+// `concurrency` handler calls run at once, each on a different lease, so
+// that the messages of one partition are never handled by two handlers at
+// once. With concurrency 1 the messages are handled one at a time, in the
+// order the pop returned them. The pop's acks go once every lease of it is
+// done. A failure ends that lease: the failed message and the rest of its
+// partition's span come again, and the failure is charged to the
 // message's retry budget, so a message that always fails is dead-lettered
-// once the queue's retryLimit is used up. Leases are renewed while handlers
-// run. Since every lease holds a partition, the loops hold different
-// partitions, and the messages of one partition are never handled by two
-// handlers at once.
+// once the queue's retryLimit is used up. Leases are renewed while
+// handlers run.
 //
 // Without `ackAsync`, a batch's acks are carried by the loop's next pop
 // (ack-carrier.js): one ackAndPop request a batch, acks and pop in one
 // transaction. A batch cut short by a stop (it has leases to release) is
-// settled on its own, as before; when the loop stops, the acks it still
-// holds are sent with a plain ack before consume() settles.
+// settled on its own; when the loop stops, the acks it still holds are
+// sent with a plain ack before consume() settles.
 //
 // Stopping (the `signal` option, or SIGINT/SIGTERM unless `stopOnSignals:
-// false`) lets the handler in progress finish, acks what was done, and
+// false`) lets the handlers in progress finish, acks what was done, and
 // releases the rest so that another consumer gets it at once. A handler
 // that throws because it was stopped is not charged. A stop does not wait
 // for a long-poll: the pop in flight is aborted.
 //
 // A handler failure is logged (the `logger` option, console by default),
-// then the loop holds the message for a growing delay (`failureBackoff`)
-// before it acks the failure: its lease is renewed meanwhile, so the
-// partition waits, in order, and the retry budget is charged once per
-// failure, as without the delay. A stop ends the delay at once.
+// then its lease's messages wait a growing delay (`failureBackoff`) before
+// the failure is acked: the lease is renewed meanwhile, so the partition
+// waits, in order, and the retry budget is charged once per failure, as
+// without the delay. The other leases of the pop go on meanwhile. A stop
+// ends the delay at once.
 //
 // With `ackAsync: true`, a batch whose messages all completed does not wait
 // for its ack: the ack goes in the background (ack-batcher.js) while the
@@ -58,8 +63,9 @@ export async function consume(client, queue, handler, options) {
   }
   const opts = consumeOptions(options);
 
-  // The loops share one stop signal; the first loop that fails stops the
-  // others, so that consume() settles everything before it rejects.
+  // A failed background ack (ackAsync without onAckError) stops the loop
+  // through the stop signal, so that consume() settles everything before
+  // it rejects.
   const failure = new AbortController();
   const stop = stopSignal(opts, failure.signal);
   const totals = { completed: 0, failed: 0 };
@@ -69,17 +75,12 @@ export async function consume(client, queue, handler, options) {
     failure.abort(err);
   };
   const acker = opts.ackAsync ? new AckBatcher(client, { onAckError: opts.onAckError, fail }) : undefined;
-  const loop = async () => {
-    try {
-      await consumeLoop(client, queue, handler, opts, stop.signal, totals, acker);
-    } catch (err) {
-      fail(err);
-    }
-  };
   try {
-    await Promise.all(Array.from({ length: opts.concurrency }, loop));
+    await consumeLoop(client, queue, handler, opts, stop.signal, totals, acker);
+  } catch (err) {
+    fail(err);
   } finally {
-    await acker?.wait(); // the loops have ended: this is every pending ack
+    await acker?.wait(); // the loop has ended: this is every pending ack
     stop.dispose();
   }
   if (firstError !== undefined) throw firstError;
@@ -112,8 +113,24 @@ async function consumeLoop(client, queue, handler, options, stop, totals, acker)
   await carrier?.flush(); // stopped: no next pop will carry them
 }
 
+// Handles a pop's leases, up to `concurrency` at once: each worker takes
+// the next lease not yet started and handles its messages in order. A stop
+// starts no further message; the leases not reached are released by
+// settle().
 async function handleBatch(batch, handler, options, stop) {
-  for (let m = batch.nextMessage(); m !== undefined; m = batch.nextMessage()) {
+  const spans = batch.spans();
+  let next = 0;
+  const worker = async () => {
+    while (next < spans.length && !stop.aborted) {
+      await handleSpan(batch, spans[next++], handler, options, stop);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(options.concurrency, spans.length) }, worker));
+}
+
+// One lease's messages, one after another.
+async function handleSpan(batch, span, handler, options, stop) {
+  for (const m of span) {
     if (stop.aborted) return; // the rest is released by settle()
     try {
       // With OpenTelemetry, the handler runs inside the message's span.
@@ -125,6 +142,7 @@ async function handleBatch(batch, handler, options, stop) {
       if (stop.aborted) return;
       batch.fail(m, err);
       await holdFailure(batch, m, err, options, stop);
+      return; // the failure rewinds the lease: the rest of it comes again
     }
   }
 }

@@ -4,8 +4,9 @@
 import { checkKeys } from './options.js';
 
 export const CONSUME_DEFAULTS = Object.freeze({
-  batch: 10,
-  partitions: 1,
+  batch: 100,
+  partitions: 100,
+  concurrency: 1,
   waitMs: 5000,
   stopOnSignals: true,
   failureBackoff: Object.freeze({ initialMs: 1000, maxMs: 60_000 }),
@@ -15,6 +16,12 @@ const MESSAGES_OPTIONS = [
   'group', 'partition', 'batch', 'partitions', 'waitMs', 'leaseSeconds', 'renewEveryMs',
   'subscriptionMode', 'subscriptionFrom', 'signal', 'stopOnSignals',
 ];
+// The most handler calls consume() runs at once (its concurrency): one a
+// lease, and a pop leases at most 100 partitions, so a higher concurrency
+// would never be used. The Go and Python clients have the same bound
+// (clients/testdata/cases.json, concurrencyMax).
+export const MAX_CONCURRENCY = 100;
+
 const CONSUME_OPTIONS = [...MESSAGES_OPTIONS, 'concurrency', 'ackAsync', 'onAckError', 'failureBackoff', 'logger'];
 
 /**
@@ -33,8 +40,10 @@ export function messagesOptions(options) {
 export function consumeOptions(options) {
   checkKeys('consume', options, CONSUME_OPTIONS);
   const opts = withDefaults(options ?? {});
-  const concurrency = opts.concurrency ?? 1;
-  if (!Number.isInteger(concurrency) || concurrency < 1) throw new TypeError('consume: concurrency must be an integer of 1 or more');
+  const concurrency = opts.concurrency ?? CONSUME_DEFAULTS.concurrency;
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_CONCURRENCY) {
+    throw new TypeError(`consume: concurrency must be an integer from 1 to ${MAX_CONCURRENCY}`);
+  }
   const logger = opts.logger ?? console;
   if (typeof logger?.warn !== 'function') throw new TypeError('consume: logger must be an object with a warn() method, such as console');
   return { ...opts, concurrency, logger, failureBackoff: failureBackoff(opts.failureBackoff) };

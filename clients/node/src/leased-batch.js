@@ -49,6 +49,23 @@ export class LeasedBatch {
     return undefined;
   }
 
+  /**
+   * The messages grouped by lease (one lease holds one partition), each
+   * group in offset order, the groups in the order the pop returned them:
+   * a pop's messages come partition by partition, so handling the groups
+   * one after another is handling the messages in the pop's order.
+   * @returns {any[][]}
+   */
+  spans() {
+    const byLease = new Map();
+    for (const m of this.#messages) {
+      const span = byLease.get(m.leaseId);
+      if (span === undefined) byLease.set(m.leaseId, [m]);
+      else span.push(m);
+    }
+    return [...byLease.values()];
+  }
+
   /** Whether the message was already completed or failed. */
   isSettled(message) {
     return this.#settled.has(message);

@@ -7,14 +7,14 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { ACK_ITEM_CODES, AckError, InvalidArgumentError, NotFoundError, connect, transactionId } from '../src/index.js';
-import { CONSUME_DEFAULTS, failureDelayMs } from '../src/consumer-options.js';
+import { CONSUME_DEFAULTS, MAX_CONCURRENCY, failureDelayMs } from '../src/consumer-options.js';
 import { fakeSidecar, resultFrame } from './fake-sidecar.js';
 import { REPO_ROOT, testSidecars, uniqueQueue } from './harness.js';
 
 const cases = JSON.parse(readFileSync(`${REPO_ROOT}clients/testdata/cases.json`, 'utf8'));
 
 const CHECKED = [
-  'about', 'transactionIds', 'transactionIdRefusals', 'consumeDefaults', 'failureBackoffDelays',
+  'about', 'transactionIds', 'transactionIdRefusals', 'consumeDefaults', 'concurrencyMax', 'failureBackoffDelays',
   'pushRefusals', 'pushAccepted', 'unknownOptions',
 ];
 
@@ -102,6 +102,17 @@ describe('consumeDefaults', () => {
       const { batch, partitions, waitMs } = fake.requests.find((r) => r.op === 'pop').args;
       const want = cases.consumeDefaults;
       assert.deepEqual({ batch, partitions, waitMs }, { batch: want.batch, partitions: want.partitions, waitMs: want.waitMs });
+    });
+  });
+
+  test('a concurrency above concurrencyMax is refused before anything is sent', async () => {
+    assert.equal(MAX_CONCURRENCY, cases.concurrencyMax);
+    await withFake(async (c, fake) => {
+      for (const concurrency of [0, cases.concurrencyMax + 1, 1.5]) {
+        await assert.rejects(c.consume('q', () => {}, { concurrency }),
+          new RegExp(`concurrency must be an integer from 1 to ${cases.concurrencyMax}`));
+      }
+      assert.equal(fake.ops.filter((op) => op !== 'hello').length, 0);
     });
   });
 

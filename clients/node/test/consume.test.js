@@ -213,28 +213,157 @@ describe('consume()', () => {
     }
   });
 
-  test('concurrency runs handlers in parallel, never two of one partition', async () => {
-    const queue = uniqueQueue('parallel');
-    for (const p of ['a', 'b', 'c', 'd']) await pushAll(queue, [0, 1, 2, 3].map((n) => `${p}${n}`), p);
-    const stop = new AbortController();
-    const busy = new Set();
-    let most = 0;
-    const order = { a: [], b: [], c: [], d: [] };
-    let done = 0;
-    await client.consume(queue, async (msg) => {
-      assert.ok(!busy.has(msg.partition), `two handlers in partition ${msg.partition}`);
-      busy.add(msg.partition);
-      most = Math.max(most, busy.size);
-      await sleep(40);
-      order[msg.partition].push(msg.payload);
-      busy.delete(msg.partition);
-      if (++done === 16) stop.abort();
-    }, { group: 'g', batch: 2, concurrency: 4, ...FAST, signal: stop.signal });
-    assert.ok(most > 1, 'handlers ran at the same time');
-    for (const [p, payloads] of Object.entries(order)) assert.deepEqual(payloads, [0, 1, 2, 3].map((n) => `${p}${n}`));
-  });
-
   test('an error that retrying cannot fix rejects consume()', async () => {
     await assert.rejects(client.consume('not a valid queue name!', () => {}, FAST), { code: 'invalid_argument' });
+  });
+});
+
+// 8 partitions of 5 messages each, pushed before consuming: with the
+// defaults (100 messages from 100 partitions a pop) one pop takes them all.
+const PARTITIONS = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'];
+const PER_PARTITION = 5;
+const TOTAL = PARTITIONS.length * PER_PARTITION;
+
+async function pushPartitions(queue) {
+  const items = [];
+  for (const p of PARTITIONS) for (let n = 0; n < PER_PARTITION; n++) items.push({ queue, partition: p, payload: `${p}${n}` });
+  const results = await client.push(items);
+  assert.ok(results.every((r) => r.status === 'queued'));
+}
+
+// A client of its own whose pops (plain and carried) are recorded: the
+// messages each brought, in the order it returned them.
+async function recordingClient() {
+  const c = await connect({ socket: sidecars.socket });
+  const pops = [];
+  const pop = c.pop.bind(c);
+  c.pop = async (...args) => {
+    const res = await pop(...args);
+    pops.push(res.messages.map((m) => m.payload));
+    return res;
+  };
+  const ackAndPop = c.ackAndPop.bind(c);
+  c.ackAndPop = async (...args) => {
+    const res = await ackAndPop(...args);
+    pops.push(res.pop.messages.map((m) => m.payload));
+    return res;
+  };
+  return { c, pops };
+}
+
+// A handler that awaits waitMs and records, per partition, the payloads in
+// the order handled, how many handlers ran at most at once, and whether two
+// ever ran in one partition. fail(msg) says whether to throw.
+function watchingHandler({ stop, waitMs = 20, expected = TOTAL, fail = () => false }) {
+  const running = new Set();
+  const state = { most: 0, overlaps: 0, handled: 0, order: Object.fromEntries(PARTITIONS.map((p) => [p, []])), calls: [] };
+  const handler = async (msg) => {
+    if (running.has(msg.partition)) state.overlaps++;
+    running.add(msg.partition);
+    state.most = Math.max(state.most, running.size);
+    state.calls.push(msg.payload);
+    try {
+      await sleep(waitMs);
+      if (fail(msg)) throw new Error(`failing ${msg.payload} once`);
+      state.order[msg.partition].push(msg.payload);
+      if (++state.handled === expected) stop.abort();
+    } finally {
+      running.delete(msg.partition);
+    }
+  };
+  return { handler, state };
+}
+
+function assertInOrder(order) {
+  for (const p of PARTITIONS) {
+    assert.deepEqual(order[p], Array.from({ length: PER_PARTITION }, (_, n) => `${p}${n}`), `partition ${p} in offset order, each once`);
+  }
+}
+
+describe('consume() concurrency over the partitions of one pop', () => {
+  test('concurrency 4: up to 4 handlers at once, never two of one partition, each partition in order', async () => {
+    const queue = uniqueQueue('concurrent');
+    await pushPartitions(queue);
+    const { c, pops } = await recordingClient();
+    const stop = new AbortController();
+    const { handler, state } = watchingHandler({ stop });
+    try {
+      const totals = await c.consume(queue, handler, { group: 'g', concurrency: 4, ...FAST, signal: stop.signal });
+      assert.equal(pops[0].length, TOTAL, 'one pop took every message');
+      assert.equal(state.overlaps, 0, 'two handlers ran in one partition');
+      assert.ok(state.most >= 2 && state.most <= 4, `${state.most} handlers at once`);
+      assertInOrder(state.order);
+      assert.deepEqual(totals, { completed: TOTAL, failed: 0 });
+    } finally {
+      await c.close();
+    }
+    assert.equal(await lagOf(queue, 'g'), 0);
+  });
+
+  test('the default concurrency handles one message at a time, in the order the pop returned them', async () => {
+    const queue = uniqueQueue('one-at-a-time');
+    await pushPartitions(queue);
+    const { c, pops } = await recordingClient();
+    const stop = new AbortController();
+    const { handler, state } = watchingHandler({ stop, waitMs: 2 });
+    try {
+      const totals = await c.consume(queue, handler, { group: 'g', ...FAST, signal: stop.signal });
+      assert.equal(pops[0].length, TOTAL, 'one pop took every message');
+      assert.equal(state.most, 1);
+      assert.deepEqual(state.calls, pops[0]);
+      assertInOrder(state.order);
+      assert.deepEqual(totals, { completed: TOTAL, failed: 0 });
+    } finally {
+      await c.close();
+    }
+    assert.equal(await lagOf(queue, 'g'), 0);
+  });
+
+  test('a failure in one partition is retried; the other partitions go on in order', async () => {
+    const queue = uniqueQueue('concurrent-failure');
+    await pushPartitions(queue);
+    const stop = new AbortController();
+    let failed = false;
+    // c2 fails once: c2..c4 come again in a later pop, after its backoff.
+    const fail = (msg) => {
+      if (msg.payload !== 'c2' || failed) return false;
+      failed = true;
+      return true;
+    };
+    const { handler, state } = watchingHandler({ stop, fail });
+    const totals = await client.consume(queue, handler, {
+      group: 'g', concurrency: 4, ...FAST, ...QUICK_RETRY, signal: stop.signal,
+    });
+    assert.equal(state.overlaps, 0, 'two handlers ran in one partition');
+    assert.ok(state.most >= 2);
+    assertInOrder(state.order);
+    assert.deepEqual(state.calls.filter((p) => p.startsWith('c')), ['c0', 'c1', 'c2', 'c2', 'c3', 'c4']);
+    assert.deepEqual(totals, { completed: TOTAL, failed: 1 });
+    assert.equal(await lagOf(queue, 'g'), 0);
+  });
+
+  test('a stop lets the handlers in hand finish, acks them, and releases the partitions not started', async () => {
+    const queue = uniqueQueue('concurrent-stop');
+    await pushPartitions(queue);
+    const stop = new AbortController();
+    const started = [];
+    const totals = await client.consume(queue, async (msg) => {
+      started.push(msg.payload);
+      if (started.length === 2) stop.abort(); // the first two partitions are in hand
+      await sleep(50);
+    }, { group: 'g', concurrency: 2, ...FAST, signal: stop.signal });
+    assert.equal(started.length, 2);
+    const inHand = started.map((p) => p[0]);
+    assert.notEqual(inHand[0], inHand[1]);
+    assert.deepEqual(started.map((p) => p[1]), ['0', '0'], 'each the first of its partition');
+    assert.deepEqual(totals, { completed: 2, failed: 0 });
+    // Those two acked; everything else released at once, not left to expire.
+    const { messages } = await client.pop(queue, { group: 'g', batch: 100, partitions: 100, autoAck: true });
+    assert.equal(messages.length, TOTAL - 2);
+    for (const p of PARTITIONS) {
+      const rest = messages.filter((m) => m.partition === p).map((m) => m.payload);
+      const from = inHand.includes(p) ? 1 : 0;
+      assert.deepEqual(rest, Array.from({ length: PER_PARTITION - from }, (_, n) => `${p}${n + from}`));
+    }
   });
 });

@@ -60,6 +60,7 @@ def test_consume_defaults(consumer: type) -> None:
     params = inspect.signature(consumer.__init__).parameters
     assert params["batch"].default == defaults["batch"]
     assert params["partitions"].default == defaults["partitions"]
+    assert params["concurrency"].default == defaults["concurrency"]
     assert params["wait_ms"].default == defaults["waitMs"]
     assert params["stop_on_signals"].default is defaults["stopOnSignals"]
     backoff = params["failure_backoff"].default
@@ -71,6 +72,14 @@ def test_consume_defaults(consumer: type) -> None:
     # Client.consume and AsyncClient.consume add no defaults of their own.
     for consume in (Client.consume, AsyncClient.consume):
         assert set(inspect.signature(consume).parameters) == {"self", "queue", "handler", "group", "stop", "options"}
+
+
+@pytest.mark.parametrize("consumer", [Consumer, AsyncConsumer])
+@pytest.mark.parametrize("concurrency", [0, CASES["concurrencyMax"] + 1, True, 1.5])
+def test_concurrency_out_of_bounds_is_refused(consumer: type, concurrency: Any) -> None:
+    # Refused in the constructor, before anything is sent: no client is needed.
+    with pytest.raises(ValueError, match=f"concurrency must be an integer from 1 to {CASES['concurrencyMax']}"):
+        consumer(None, "q", lambda m: None, concurrency=concurrency)
 
 
 @pytest.mark.parametrize("case", CASES["failureBackoffDelays"], ids=lambda c: f"{c['failures']} failures")

@@ -105,7 +105,7 @@ def test_leases_are_renewed_while_a_handler_runs(client: Client, queue: str) -> 
     assert stats.lost_acks == 0 and stats.completed == 2
 
 
-def test_concurrent_workers_keep_partition_order(client: Client, queue: str) -> None:
+def test_concurrent_handlers_keep_partition_order(client: Client, queue: str) -> None:
     push_spread(client, queue, 60, partitions=6)
     stop = threading.Event()
     lock = threading.Lock()
@@ -115,7 +115,7 @@ def test_concurrent_workers_keep_partition_order(client: Client, queue: str) -> 
     def handler(m: Message) -> None:
         with lock:
             busy[m.partition] = busy.get(m.partition, 0) + 1
-            assert busy[m.partition] == 1, "two threads in one partition"
+            assert busy[m.partition] == 1, "two handlers at once in one partition"
         time.sleep(0.002)
         with lock:
             busy[m.partition] -= 1

@@ -2,8 +2,8 @@
 
 A consumer with ``ack_async`` hands the acks of a batch whose messages all
 completed to an ``AckBatcher`` and pops again at once. At most one ack call
-is in flight; the items added meanwhile, from any batch, lease or worker,
-wait and go together in the next call. A lease stays renewed until its ack
+is in flight; the items added meanwhile, from any batch or lease, wait
+and go together in the next call. A lease stays renewed until its ack
 is answered, since an ack is only valid while its lease lives.
 
 Nothing is retried and nothing is taken for a success that was not one:
@@ -62,8 +62,8 @@ class _Pending:
 
     Items are numbered as they are added; ``answered`` is the number of the
     last one whose call came back. Waiting for the items added so far (and
-    not for everything, which other workers may keep adding to) is waiting
-    for ``answered`` to reach ``added``.
+    not for everything, which the loop may keep adding to) is waiting for
+    ``answered`` to reach ``added``.
     """
 
     def __init__(self, on_error: Optional[AckErrorHandler], fail: Callable[[BaseException], None], stats: Callable[[ConsumeStats], None]) -> None:

@@ -16,7 +16,9 @@ from .consume_batch import (
     AsyncHandler,
     Backoff,
     ConsumeStats,
+    LeaseWork,
     Settlement,
+    check_concurrency,
     check_handler,
     split_by_lease,
 )
@@ -39,9 +41,13 @@ class AsyncConsumer:
     """Pops ``queue`` for ``group`` and awaits ``handler`` on each message.
 
     The handler may be a coroutine function or a plain function (which then
-    runs on the event loop, so it must not block). ``concurrency`` tasks each
-    pop and handle their own batches. Everything else, guarantees included,
-    is as for ``Consumer``; with ``ack_async=True`` the acks are sent by a
+    runs on the event loop, so it must not block). One loop pops, and
+    ``concurrency`` (1 to 100) is how many handlers are awaited at once over
+    the leases of a pop, each lease's messages one after the other, in
+    offset order; different leases run as tasks of their own (with 1, the
+    default, the loop awaits one message at a time, in the order the pop
+    returned them). Everything else, guarantees included, is as for
+    ``Consumer``; with ``ack_async=True`` the acks are sent by a
     task of their own, and ``on_ack_error`` is called on the event loop.
     Without it, a batch's acks go with the next pop (``ack_and_pop``), as
     in ``Consumer``. A stop during a pop's long-poll stops awaiting it at
@@ -57,8 +63,8 @@ class AsyncConsumer:
         *,
         group: str = "",
         partition: Optional[str] = None,
-        batch: int = 10,
-        partitions: int = 1,
+        batch: int = 100,
+        partitions: int = 100,
         concurrency: int = 1,
         wait_ms: int = 5000,
         lease_seconds: Optional[int] = None,
@@ -73,8 +79,7 @@ class AsyncConsumer:
         on_ack_error: Optional[AckErrorHandler] = None,
     ) -> None:
         check_handler(handler)
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        check_concurrency(concurrency)
         self.client = client
         self.queue = queue
         self.handler = handler
@@ -124,7 +129,7 @@ class AsyncConsumer:
             self._acks = AsyncAckBatcher(self.client, self.on_ack_error, self._fail, self._stats.add)
             self._acks.start()
         try:
-            await asyncio.gather(*(self._work() for _ in range(self.concurrency)))
+            await self._work()
         finally:
             if self._acks is not None:
                 await self._acks.close()  # the pending acks go before the leases are left to lapse
@@ -257,24 +262,7 @@ class AsyncConsumer:
         carry = False
         self._keeper.track(result.leases)
         try:
-            for work in split_by_lease(result):
-                for message in work.messages:
-                    if self._stopping():
-                        settlement.give_back(work.lease)
-                        break
-                    with consumer_span(message, self.group) as span:
-                        try:
-                            outputs = self.handler(message)
-                            if inspect.isawaitable(outputs):
-                                outputs = await outputs
-                        except Exception as exc:
-                            span.fail(exc)
-                            settlement.fail(message, exc, work.lease, self.failure_backoff)
-                            break
-                        except BaseException:
-                            settlement.give_back(work.lease)
-                            raise
-                        settlement.complete(message, outputs)
+            await self._handle_leases(split_by_lease(result), settlement)
             await self._wait_until(settlement.retry_at)  # the failures' backoff, the leases renewed
             carry = self._acks is None and settlement.carriable()
         finally:
@@ -291,6 +279,54 @@ class AsyncConsumer:
                 if not carry:
                     await self._settle(settlement)
         return settlement if carry else None
+
+    async def _handle_leases(self, works: List[LeaseWork], settlement: Settlement) -> None:
+        """Hands every lease of a pop to the handler, and returns once all are
+        done: one after the other (concurrency 1), else on up to
+        ``concurrency`` tasks, each taking the next lease not yet taken."""
+        if self.concurrency == 1:
+            for work in works:
+                await self._handle_lease(work, settlement)
+            return
+        pending = iter(works)  # shared: each lease goes to the one task that takes it
+
+        async def take() -> None:
+            for work in pending:
+                try:
+                    await self._handle_lease(work, settlement)
+                except BaseException as exc:
+                    # Stops the loop at once: the other tasks start nothing
+                    # more, and give the rest of their leases back.
+                    self._fail(exc)
+                    raise
+
+        # Every task is awaited to its end, an error or not, before the
+        # batch is settled.
+        ended = await asyncio.gather(*(take() for _ in range(min(self.concurrency, len(works)))), return_exceptions=True)
+        for outcome in ended:
+            if isinstance(outcome, BaseException):
+                raise outcome  # the error that ended a lease ends the loop
+
+    async def _handle_lease(self, work: LeaseWork, settlement: Settlement) -> None:
+        """Awaits the handler on a lease's messages one after the other, in
+        offset order, until a failure or a stop."""
+        for message in work.messages:
+            if self._stopping():
+                settlement.give_back(work.lease)
+                return
+            with consumer_span(message, self.group) as span:
+                try:
+                    outputs = self.handler(message)
+                    if inspect.isawaitable(outputs):
+                        outputs = await outputs
+                except Exception as exc:
+                    span.fail(exc)
+                    settlement.fail(message, exc, work.lease, self.failure_backoff)
+                    return  # the rest of this lease comes again after the rewind
+                except BaseException:
+                    settlement.give_back(work.lease)
+                    raise
+                settlement.complete(message, outputs)
 
     async def _wait_until(self, deadline: float) -> None:
         """Until time.monotonic() reaches deadline, or the loop is stopping."""

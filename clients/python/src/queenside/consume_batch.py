@@ -6,6 +6,8 @@ one release.
 The rules, which keep per-partition order through failures:
 
 - the messages of one lease are handled one after the other, in offset order;
+  different leases of a pop may be handled at once (up to ``concurrency``
+  handlers), so what the handlers decide is recorded under a lock;
 - a handler that raises fails its message (a nack): the loop waits the
   failure backoff, holding the lease (renewed), then sends the failed ack;
   the sidecar rewinds the group's cursor to the message, so the rest of
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, Optional, Union
@@ -39,6 +42,8 @@ __all__ = [
     "ConsumeStats",
     "failure_reason",
     "check_handler",
+    "check_concurrency",
+    "MAX_CONCURRENCY",
     "check_options",
 ]
 
@@ -92,6 +97,18 @@ def check_handler(handler: Any) -> None:
     if not callable(handler):
         kind = "None" if handler is None else type(handler).__name__
         raise TypeError(f"consume needs a handler: a function called with each message, not {kind}")
+
+
+# The most handlers a loop runs at once: one a lease, and a pop leases at
+# most 100 partitions, so a higher concurrency would never be used. The Go
+# and Node clients have the same bound (clients/testdata/cases.json).
+MAX_CONCURRENCY = 100
+
+
+def check_concurrency(concurrency: int) -> None:
+    """Refuse, before anything is sent, a concurrency out of 1..MAX_CONCURRENCY."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, not {concurrency!r}")
 
 
 def check_options(consumer: type, options: Mapping[str, Any]) -> None:
@@ -194,7 +211,14 @@ class ConsumeStats:
 
 @dataclass
 class Settlement:
-    """One batch's outcome, waiting to be sent."""
+    """One batch's outcome, waiting to be sent.
+
+    The handlers of a batch's leases may run at once on several threads,
+    each recording its messages' outcome here: ``complete``, ``fail`` and
+    ``give_back`` hold a lock, so that a completion and its forwarded items,
+    or a failure and its message, are recorded together. The rest is read
+    once every handler of the batch returned.
+    """
 
     completed: List[AckItem] = field(default_factory=list)
     failed: List[AckItem] = field(default_factory=list)
@@ -205,13 +229,16 @@ class Settlement:
     # When (time.monotonic()) the failure backoff of the batch ends: its
     # acks are not sent before.
     retry_at: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def complete(self, message: Message, outputs: Any) -> None:
         # Called while the message's span is current, so that what the
         # handler forwards carries that span's context, not the loop's.
         items = with_trace_context(forwarded_items(outputs))
-        self.completed.append(message.completed())
-        self.pushes.extend(items)
+        ack = message.completed()
+        with self._lock:
+            self.completed.append(ack)
+            self.pushes.extend(items)
 
     def fail(self, message: Message, exc: BaseException, lease: Lease, backoff: Optional[Backoff]) -> None:
         """Record the handler's failure on message, log it, and put the
@@ -219,12 +246,16 @@ class Settlement:
         failures = failures_of(lease, message)
         delay = backoff.delay(failures) if backoff is not None else 0.0
         log_failure(message, exc, failures, delay)
-        self.failed.append(message.failed(failure_reason(exc)))
-        self.failed_messages.append(message)
-        self.retry_at = max(self.retry_at, time.monotonic() + delay)
+        ack = message.failed(failure_reason(exc))
+        with self._lock:
+            # failed and failed_messages stay index for index the same.
+            self.failed.append(ack)
+            self.failed_messages.append(message)
+            self.retry_at = max(self.retry_at, time.monotonic() + delay)
 
     def give_back(self, lease: Lease) -> None:
-        self.release.append(lease.lease_id)
+        with self._lock:
+            self.release.append(lease.lease_id)
 
     def only_completed(self) -> bool:
         """Whether every message completed and nothing is forwarded or given back:

@@ -12,7 +12,7 @@ import logging
 import queue as _queue
 import threading
 import time
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from .ack_batcher import AckBatcher, AckErrorHandler
@@ -21,7 +21,9 @@ from .consume_batch import (
     Backoff,
     ConsumeStats,
     Handler,
+    LeaseWork,
     Settlement,
+    check_concurrency,
     check_handler,
     split_by_lease,
 )
@@ -40,18 +42,18 @@ log = logging.getLogger("queenside")
 
 T = TypeVar("T")
 
-# How often a worker waiting for a pop's answer, or in a failure's backoff,
+# How often the loop, waiting for a pop's answer or in a failure's backoff,
 # looks whether it was asked to stop.
 _STOP_POLL = 0.1
 
 
 class _Caller:
-    """Runs a worker's pops on a thread of its own, one at a time, so that
-    the worker can stop waiting for one: a long-poll cannot be cut short on
+    """Runs the loop's pops on a thread of their own, one at a time, so that
+    the loop can stop waiting for one: a long-poll cannot be cut short on
     the wire, and a stop must not wait it out.
 
-    A call the worker gave up on goes on until its answer comes; the
-    worker's callback then gives back what it leased.
+    A call the loop gave up on goes on until its answer comes; the loop's
+    callback then gives back what it leased.
     """
 
     def __init__(self, name: str) -> None:
@@ -77,7 +79,7 @@ class _Caller:
                 continue
             try:
                 future.set_result(call())
-            except BaseException as exc:  # the worker raises it
+            except BaseException as exc:  # the loop raises it
                 future.set_exception(exc)
 
 
@@ -88,9 +90,16 @@ class Consumer:
       fails it (a nack: it comes again, after the retry budget is charged,
       and is dead-lettered past the queue's ``retryLimit``). Returning push
       items commits them in one transaction with the acks of the batch.
-    - ``concurrency`` threads each pop and handle their own batches; the
-      messages of one partition are never handled at once by two threads,
-      and always in offset order.
+    - One loop pops; each pop's messages are grouped by lease (one lease,
+      one partition). ``concurrency`` (1 to 100) is how many handlers run at
+      once over the leases of a pop, on a pool of that many threads (with
+      1, the default, in the loop's own thread, one message at a time in
+      the order the pop returned them). A lease's messages go to one
+      handler call after another, in offset order, never two at once in
+      one partition; different leases are handled in parallel, so above 1
+      the handler must be safe to call from several threads at once. Once
+      every lease of the pop is done (failures' backoff included), the
+      pop's acks are settled as below.
     - A handler's failure is logged at WARNING on the ``queenside`` logger
       (queue, partition, offset, the error, the failure count and the
       delay), then the loop waits ``failure_backoff`` (a ``Backoff``: 1 s,
@@ -99,9 +108,10 @@ class Consumer:
     - Leases are renewed while handlers run, and during a failure's backoff.
     - ``stop()``, the ``stop`` event, SIGINT or SIGTERM (when run in the main
       thread, unless ``stop_on_signals=False``) end the loop cleanly: the
-      message in hand finishes, what completed is acked, the rest is
-      released to other consumers. The first signal stops the loop and puts
-      the previous handlers back, so a second Ctrl-C interrupts as usual.
+      handlers in hand finish, what completed is acked, the rest of the
+      leases is released to other consumers. The first signal stops the
+      loop and puts the previous handlers back, so a second Ctrl-C
+      interrupts as usual.
       A stop does not wait out a pop's long-poll: the loop stops waiting for
       its answer at once, and gives back what that answer leased when it
       comes. A stop during a failure's backoff ends the wait and sends the
@@ -112,7 +122,7 @@ class Consumer:
     - ``ack_async=True`` sends the acks of batches whose messages all
       completed from a thread of their own, while the next pop is already
       in flight. At most one ack call is in flight; what completes
-      meanwhile, in any batch or worker, goes together in the next call.
+      meanwhile, in any batch, goes together in the next call.
       Leases are renewed until their ack is answered. A batch with a
       failure (a nack), a release or forwarded push items is settled on
       its own, before the next pop. A failed ack (refused items, or a
@@ -125,8 +135,8 @@ class Consumer:
       alike) go with the next pop, in one request (``ack_and_pop``: one
       round trip and one transaction a batch; protocol revision 1.2). A
       batch with forwarded push items or a release is settled on its own,
-      as before; when the loop stops, acks not carried yet are sent with a
-      plain ``ack`` before ``run()`` returns.
+      before the next pop; when the loop stops, acks not carried yet are
+      sent with a plain ``ack`` before ``run()`` returns.
     """
 
     def __init__(
@@ -137,8 +147,8 @@ class Consumer:
         *,
         group: str = "",
         partition: Optional[str] = None,
-        batch: int = 10,
-        partitions: int = 1,
+        batch: int = 100,
+        partitions: int = 100,
         concurrency: int = 1,
         wait_ms: int = 5000,
         lease_seconds: Optional[int] = None,
@@ -153,8 +163,7 @@ class Consumer:
         on_ack_error: Optional[AckErrorHandler] = None,
     ) -> None:
         check_handler(handler)
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        check_concurrency(concurrency)
         self.client = client
         self.queue = queue
         self.handler = handler
@@ -179,6 +188,8 @@ class Consumer:
         self.ack_async = ack_async
         self.on_ack_error = on_ack_error
         self._acks: Optional[AckBatcher] = None
+        # The threads handlers run on when concurrency is above 1, made by run().
+        self._pool: Optional[ThreadPoolExecutor] = None
 
     @property
     def stats(self) -> ConsumeStats:
@@ -198,21 +209,25 @@ class Consumer:
         if self.ack_async:
             self._acks = AckBatcher(self.client, self.on_ack_error, self._fail, self._add_stats)
             self._acks.start()
-        workers: List[threading.Thread] = [
-            threading.Thread(target=self._work, name=f"queenside-consume-{i}", daemon=True) for i in range(self.concurrency)
-        ]
+        if self.concurrency > 1:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="queenside-handler")
+        loop = threading.Thread(target=self._work, name="queenside-consume", daemon=True)
         try:
-            for w in workers:
-                w.start()
-            for w in workers:
-                # Joined with a timeout so that the main thread gets to run
-                # signal handlers while the workers wait on the socket.
-                while w.is_alive():
-                    w.join(timeout=0.2)
+            loop.start()
+            # Joined with a timeout so that the main thread gets to run
+            # signal handlers while the loop waits on the socket.
+            while loop.is_alive():
+                loop.join(timeout=0.2)
         finally:
             if self._acks is not None:
                 self._acks.close()  # the pending acks go before the leases are left to lapse
             self._keeper.stop()
+            if self._pool is not None:
+                # The loop waits for every handler of a batch: none is left
+                # but when run() itself was interrupted, and those finish on
+                # their own.
+                self._pool.shutdown(wait=False)
+                self._pool = None
             restore()
         if self._fatal is not None:
             raise self._fatal
@@ -232,7 +247,7 @@ class Consumer:
     def _work(self) -> None:
         # The settled batch whose acks the next pop carries (without ack_async).
         carried: Optional[Settlement] = None
-        caller = _Caller(f"{threading.current_thread().name}-pop")
+        caller = _Caller("queenside-consume-pop")
         try:
             while not self._stopping():
                 # Pending acks hold their leases' partitions, and a lease
@@ -342,22 +357,7 @@ class Consumer:
         carry = False
         self._keeper.track(result.leases)
         try:
-            for work in split_by_lease(result):
-                for message in work.messages:
-                    if self._stopping():
-                        settlement.give_back(work.lease)
-                        break
-                    with consumer_span(message, self.group) as span:
-                        try:
-                            outputs = self.handler(message)
-                        except Exception as exc:
-                            span.fail(exc)
-                            settlement.fail(message, exc, work.lease, self.failure_backoff)
-                            break  # the rest of this lease comes again after the rewind
-                        except BaseException:
-                            settlement.give_back(work.lease)
-                            raise
-                        settlement.complete(message, outputs)
+            self._handle_leases(split_by_lease(result), settlement)
             self._wait_until(settlement.retry_at)  # the failures' backoff, the leases renewed
             carry = self._acks is None and settlement.carriable()
         finally:
@@ -376,6 +376,49 @@ class Consumer:
                 if not carry:
                     self._settle(settlement)
         return settlement if carry else None
+
+    def _handle_leases(self, works: List[LeaseWork], settlement: Settlement) -> None:
+        """Hands every lease of a pop to the handler, and returns once all are
+        done: one after the other in this thread (concurrency 1), else on
+        the pool, up to ``concurrency`` leases at once."""
+        if self._pool is None:
+            for work in works:
+                self._handle_lease(work, settlement)
+            return
+        futures = [self._pool.submit(self._handle_lease_apart, work, settlement) for work in works]
+        wait(futures)
+        for future in futures:
+            future.result()  # the error that ended a lease ends the loop
+
+    def _handle_lease_apart(self, work: LeaseWork, settlement: Settlement) -> None:
+        """_handle_lease on a pool thread. An error that escapes it (a
+        handler's BaseException, a handler returning something else than
+        push items) stops the loop at once, so that the other leases of the
+        pop start nothing more and give their rest back."""
+        try:
+            self._handle_lease(work, settlement)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def _handle_lease(self, work: LeaseWork, settlement: Settlement) -> None:
+        """Hands a lease's messages to the handler one after the other, in
+        offset order, until a failure or a stop."""
+        for message in work.messages:
+            if self._stopping():
+                settlement.give_back(work.lease)
+                return
+            with consumer_span(message, self.group) as span:
+                try:
+                    outputs = self.handler(message)
+                except Exception as exc:
+                    span.fail(exc)
+                    settlement.fail(message, exc, work.lease, self.failure_backoff)
+                    return  # the rest of this lease comes again after the rewind
+                except BaseException:
+                    settlement.give_back(work.lease)
+                    raise
+                settlement.complete(message, outputs)
 
     def _wait_until(self, deadline: float) -> None:
         """Until time.monotonic() reaches deadline, or the loop is stopping."""
