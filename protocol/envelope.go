@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -106,6 +108,47 @@ func DecodeRequest(body []byte) (Request, *Error) {
 		return req, Errorf(CodeBadRequest, "missing op")
 	}
 	return req, nil
+}
+
+// DecodeResponse parses one response frame body, as Unmarshal into a
+// Response does, but Result is a sub-slice of body rather than a copy: a
+// pop's answer is the bulk of what a consumer reads, and the decoder's
+// RawMessage copies it byte by byte through a scratch buffer. body must
+// not be reused while Result is.
+func DecodeResponse(body []byte) (Response, error) {
+	var resp Response
+	d := newDec(body)
+	n, err := mapLen(d)
+	if err != nil {
+		return resp, fmt.Errorf("body is not a msgpack map: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		key, err := readKey(d)
+		if err != nil {
+			return resp, err
+		}
+		switch key {
+		case "id":
+			err = d.Decode(&resp.ID)
+		case "result":
+			if resp.Result, err = d.raw(); len(resp.Result) == 1 && resp.Result[0] == msgpcode.Nil {
+				resp.Result = nil // as the decoder's RawMessage reads nil
+			}
+		case "error":
+			err = d.Decode(&resp.Error)
+		case "notice":
+			err = d.Decode(&resp.Notice)
+		default:
+			err = d.Skip()
+		}
+		if err != nil {
+			return resp, fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	if d.r.Len() != 0 {
+		return resp, errors.New("trailing bytes after the body map")
+	}
+	return resp, nil
 }
 
 // AppendRequest appends the body of a request to dst, with args encoded in

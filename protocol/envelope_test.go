@@ -2,6 +2,9 @@ package protocol
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +124,57 @@ func TestAppendRequestMatchesTheEnvelope(t *testing.T) {
 		got, err := AppendRequest([]byte{0xff}, 1<<40, OpPop, c.args, c.timeout)
 		if err != nil || !bytes.Equal(got[1:], want) || got[0] != 0xff {
 			t.Fatalf("args %#v timeout %d:\ngot  %x (%v)\nwant ff%x", c.args, c.timeout, got, err, want)
+		}
+	}
+}
+
+// DecodeResponse reads what Unmarshal reads, every golden answer and
+// notice among them, with Result pointing into the body.
+func TestDecodeResponseAgreesWithUnmarshal(t *testing.T) {
+	var bodies [][]byte
+	paths, _ := filepath.Glob(filepath.Join("testdata", "golden", "*.bin"))
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil && !strings.Contains(p, "request_") {
+			bodies = append(bodies, b[FrameHeaderSize:])
+		}
+	}
+	for _, v := range []any{
+		map[string]any{"id": 3, "result": nil},
+		map[string]any{"id": uint64(1) << 63, "result": map[string]any{"a": []any{1, "x"}}, "future": []any{1, 2}},
+		map[string]any{"id": 0, "notice": "draining"},
+		map[string]any{"id": 9, "error": map[string]any{"code": "unavailable", "message": "m", "retryable": true}},
+	} {
+		b, err := Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, b)
+	}
+	if len(bodies) < 8 {
+		t.Fatalf("%d bodies: the golden answers are missing", len(bodies))
+	}
+	for i, b := range bodies {
+		var want Response
+		if err := Unmarshal(b, &want); err != nil {
+			t.Fatalf("body %d: %v", i, err)
+		}
+		own := bytes.Clone(b)
+		got, err := DecodeResponse(own)
+		if err != nil || got.ID != want.ID || got.Notice != want.Notice || !bytes.Equal(got.Result, want.Result) ||
+			!reflect.DeepEqual(got.Error, want.Error) {
+			t.Fatalf("body %d: %+v, %v; want %+v", i, got, err, want)
+		}
+		if len(got.Result) > 0 {
+			got.Result[0] ^= 0xff // in the body itself, unless Result is a copy
+			if bytes.Equal(own, b) {
+				t.Fatalf("body %d: Result is a copy", i)
+			}
+		}
+	}
+	one, _ := Marshal(map[string]any{"id": 1})
+	for _, bad := range [][]byte{{0x91, 0x01}, {0x81, 0xa2, 'i', 'd'}, append(one, 0x01)} {
+		if _, err := DecodeResponse(bad); err == nil {
+			t.Fatalf("% x: no error", bad)
 		}
 	}
 }

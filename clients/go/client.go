@@ -240,8 +240,8 @@ func (c *Client) readLoop() {
 		if err != nil {
 			break
 		}
-		var resp protocol.Response
-		if err := protocol.Unmarshal(body, &resp); err != nil {
+		resp, err := protocol.DecodeResponse(body) // body is this frame's own: Result may point into it
+		if err != nil {
 			fatal = fmt.Errorf("queenside: malformed response: %w", err)
 			break
 		}
