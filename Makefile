@@ -82,8 +82,9 @@ deps: ## install what the tests need and this machine lacks (as root, with apt),
 	@tmp=$$(mktemp -d) && cp go.mod go.sum "$$tmp"/ && $(GO) mod download -modfile="$$tmp/go.mod" all; \
 		status=$$?; rm -rf "$$tmp"; exit $$status
 
-test-go: ## run the Go tests with the race detector
+test-go: ## run the Go tests with the race detector, then each fuzz target for a short while
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
 
 # The suites of the guarantees again, on a Citus cluster the harness starts
 # (sidecar/pgtest): where Citus is not installed this says so in one line

@@ -111,6 +111,14 @@ func (x *dec) reset(buf []byte) {
 
 func (x *dec) pos() int { return len(x.buf) - x.r.Len() }
 
+// Skip passes the next value as raw does. It hides the decoder's own Skip,
+// which recurses into arrays and maps: a value nested a few million levels
+// deep would exhaust the stack and end the process.
+func (x *dec) Skip() error {
+	_, err := x.raw()
+	return err
+}
+
 // raw returns the encoding of the next value, a sub-slice of the input:
 // nothing is copied.
 func (x *dec) raw() ([]byte, error) {

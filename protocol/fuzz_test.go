@@ -49,6 +49,10 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte{0x80})
 	f.Add([]byte{0xc1})
 	f.Add([]byte{0x82, 0xa2, 'i', 'd', 0x01, 0xa2, 'o', 'p', 0xa0})
+	// Nested past MaxNesting, in the arguments and in an unknown key.
+	deep := append(bytes.Repeat([]byte{0x91}, MaxNesting+10), 0xc0)
+	f.Add(append([]byte{0x83, 0xa2, 'i', 'd', 0x01, 0xa2, 'o', 'p', 0xa4, 'p', 'u', 's', 'h', 0xa4, 'a', 'r', 'g', 's', 0x81, 0xa1, 'x'}, deep...))
+	f.Add(append([]byte{0x83, 0xa2, 'i', 'd', 0x01, 0xa2, 'o', 'p', 0xa0, 0xa1, 'x'}, deep...))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := DecodeRequest(body)
 		if err != nil {
@@ -79,6 +83,7 @@ func FuzzDecodeArgs(f *testing.F) {
 		}
 	}
 	f.Add([]byte{0x81, 0xa5, 'i', 't', 'e', 'm', 's', 0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Add(append([]byte{0x81, 0xa1, 'x'}, append(bytes.Repeat([]byte{0x91}, MaxNesting+10), 0xc0)...))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if args, err := DecodePushArgs(raw); err == nil {
 			for _, it := range args.Items {

@@ -52,3 +52,54 @@ func TestValueEndAgreesWithSkip(t *testing.T) {
 		t.Fatal("array 32 of 4 billion values accepted")
 	}
 }
+
+// deeperThan counts the levels of arrays and maps, however wide, without
+// recursing, and refuses a value cut short.
+func TestDeeperThan(t *testing.T) {
+	nest := func(n int, inner []byte) []byte { return append(bytes.Repeat([]byte{0x91}, n), inner...) }
+	wide, _ := msgpack.Marshal(map[string]any{"a": []any{1, 2, map[string]any{"b": []any{}}}, "c": "x"})
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		max  int
+		deep bool
+	}{
+		{"a scalar", []byte{0x01}, 0, false},
+		{"an empty array", []byte{0x90}, 0, false},
+		{"one level", []byte{0x91, 0x01}, 1, false},
+		{"one level, none allowed", []byte{0x91, 0x01}, 0, true},
+		{"wide, three levels", wide, 3, false},
+		{"wide, three levels, two allowed", wide, 2, true},
+		{"at the limit", nest(MaxNesting, []byte{0xc0}), MaxNesting, false},
+		{"one past it", nest(MaxNesting+1, []byte{0xc0}), MaxNesting, true},
+		{"millions of levels", nest(6_000_000, []byte{0xc0}), MaxNesting, true},
+	} {
+		deep, err := deeperThan(tc.b, tc.max)
+		if err != nil || deep != tc.deep {
+			t.Errorf("%s: %v, %v; want %v", tc.name, deep, err, tc.deep)
+		}
+	}
+	if _, err := deeperThan([]byte{0x92, 0x01}, 10); err == nil {
+		t.Error("an array cut short: no error")
+	}
+	// valueEnd passes millions of levels without recursing.
+	b := nest(6_000_000, []byte{0xc0})
+	if end, err := valueEnd(b, 0); err != nil || end != len(b) {
+		t.Fatalf("valueEnd over 6,000,000 levels: %d, %v", end, err)
+	}
+}
+
+// A request whose arguments nest too deep is a bad_request that still
+// names its id; an unknown envelope key nested millions deep is skipped.
+func TestDecodeRequestRefusesDeepArgs(t *testing.T) {
+	deep := msgpack.RawMessage(append(bytes.Repeat([]byte{0x91}, 6_000_000), 0xc0))
+	body, _ := Marshal(map[string]any{"id": 7, "op": "push", "args": map[string]any{"x": deep}})
+	req, err := DecodeRequest(body)
+	if err == nil || err.Code != CodeBadRequest || req.ID != 7 || !strings.Contains(err.Message, "levels deep") {
+		t.Fatalf("deep args: id %d, %v", req.ID, err)
+	}
+	body, _ = Marshal(map[string]any{"id": 8, "op": "health", "future": deep})
+	if req, err := DecodeRequest(body); err != nil || req.ID != 8 {
+		t.Fatalf("deep unknown envelope key: id %d, %v", req.ID, err)
+	}
+}

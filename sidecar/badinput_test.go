@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -8,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
+	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
 )
 
@@ -254,4 +258,54 @@ func TestPushPastItsDeadlineThenRetried(t *testing.T) {
 		t.Fatalf("the retry: %+v", res[0])
 	}
 	checkGapless(t, storedMessages(t, ts.pool, "q", "p"), 2)
+}
+
+// nested is n one-element arrays around a nil: six bytes a level, a frame of
+// a few megabytes nests millions of levels.
+func nested(n int) msgpack.RawMessage {
+	return append(bytes.Repeat([]byte{0x91}, n), 0xc0)
+}
+
+// A frame nesting millions of levels, wherever a value is read or skipped,
+// is refused (or skipped) without taking the sidecar down: a recursive
+// decoder would exhaust its stack and end the process.
+func TestDeeplyNestedFramesAreRefusedNotFatal(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	r := dialRaw(t, ts.socket)
+	deep := nested(6_000_000)
+	okItem := map[string]any{"queue": "q", "payload": 1}
+	// An unknown envelope key is skipped, as any unknown key: the call is served.
+	r.sendBody(mustMarshal(t, map[string]any{"id": 1, "op": protocol.OpHealth, "future": deep}))
+	if resp := r.read(); resp.ID != 1 || resp.Error != nil {
+		t.Fatalf("health with a deep unknown envelope key: %+v", resp)
+	}
+	for i, args := range []map[string]any{
+		{"items": []any{okItem}, "future": deep},                                                           // an unknown push argument
+		{"queue": "q", "batch": deep},                                                                      // pop.batch
+		{"items": []any{map[string]any{"leaseId": "x", "offset": 0, "error": deep}}},                       // an ack item's error
+		{"items": []any{map[string]any{"queue": "q", "payload": 1, "headers": map[string]any{"h": deep}}}}, // a header's value
+		{"protocol": deep}, // hello.protocol
+		{"items": []any{map[string]any{"queue": "q", "payload": nested(protocol.MaxNesting)}}}, // a payload one level too deep
+	} {
+		id := uint64(10 + i)
+		op := []string{protocol.OpPush, protocol.OpPop, protocol.OpAck, protocol.OpPush, protocol.OpHello, protocol.OpPush}[i]
+		r.sendBody(mustMarshal(t, map[string]any{"id": id, "op": op, "args": args}))
+		resp := r.read()
+		wantError(t, resp, id, protocol.CodeBadRequest)
+		if !strings.Contains(resp.Error.Message, "levels deep") {
+			t.Fatalf("%s: %q does not say the nesting", op, resp.Error.Message)
+		}
+	}
+	// The same connection, and any other, is still served; a payload within
+	// the limit is stored and delivered as it was pushed.
+	within := nested(protocol.MaxNesting - 4) // args, items, the item and the payload's own levels
+	r.sendRequest(99, protocol.OpPush, map[string]any{"items": []any{map[string]any{"queue": "deep", "payload": within}}})
+	if resp := r.read(); resp.ID != 99 || resp.Error != nil {
+		t.Fatalf("a payload nested %d levels: %+v", protocol.MaxNesting-4, resp.Error)
+	}
+	res, err := ts.client(t).Pop(testContext(t), queenside.PopArgs{Queue: "deep", Batch: 1, AutoAck: true})
+	if err != nil || len(res.Messages) != 1 || !bytes.Equal(res.Messages[0].Payload, within) {
+		t.Fatalf("pop of the deep payload: %v, %d messages", err, len(res.Messages))
+	}
+	stillServes(t, ts)
 }
