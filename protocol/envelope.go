@@ -80,7 +80,7 @@ func DecodeRequest(body []byte) (Request, *Error) {
 			switch {
 			case len(raw) == 1 && raw[0] == msgpcode.Nil:
 			case isMapCode(raw[0]):
-				if deep, _ := deeperThan(raw, MaxNesting); deep {
+				if deep, _ := NestsDeeperThan(raw, MaxNesting); deep {
 					fail(Errorf(CodeBadRequest, "args nest arrays and maps more than %d levels deep", MaxNesting))
 					continue
 				}

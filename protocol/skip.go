@@ -36,11 +36,11 @@ func valueEnd(b []byte, i int) (int, error) {
 // frame was read whole.
 const MaxNesting = 10_000
 
-// deeperThan reports whether the msgpack value at the start of b nests
+// NestsDeeperThan reports whether the msgpack value at the start of b nests
 // arrays and maps more than max levels deep (a scalar is level 0, the
 // elements of a top-level array level 1). Like valueEnd it is a loop, not
 // a recursion; it keeps one count a level it is inside, so at most max.
-func deeperThan(b []byte, max int) (bool, error) {
+func NestsDeeperThan(b []byte, max int) (bool, error) {
 	var open []int // in each container entered, the values still to pass
 	for i := 0; ; {
 		next, more, err := header(b, i)

@@ -53,7 +53,7 @@ func TestValueEndAgreesWithSkip(t *testing.T) {
 	}
 }
 
-// deeperThan counts the levels of arrays and maps, however wide, without
+// NestsDeeperThan counts the levels of arrays and maps, however wide, without
 // recursing, and refuses a value cut short.
 func TestDeeperThan(t *testing.T) {
 	nest := func(n int, inner []byte) []byte { return append(bytes.Repeat([]byte{0x91}, n), inner...) }
@@ -74,12 +74,12 @@ func TestDeeperThan(t *testing.T) {
 		{"one past it", nest(MaxNesting+1, []byte{0xc0}), MaxNesting, true},
 		{"millions of levels", nest(6_000_000, []byte{0xc0}), MaxNesting, true},
 	} {
-		deep, err := deeperThan(tc.b, tc.max)
+		deep, err := NestsDeeperThan(tc.b, tc.max)
 		if err != nil || deep != tc.deep {
 			t.Errorf("%s: %v, %v; want %v", tc.name, deep, err, tc.deep)
 		}
 	}
-	if _, err := deeperThan([]byte{0x92, 0x01}, 10); err == nil {
+	if _, err := NestsDeeperThan([]byte{0x92, 0x01}, 10); err == nil {
 		t.Error("an array cut short: no error")
 	}
 	// valueEnd passes millions of levels without recursing.

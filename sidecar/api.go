@@ -253,15 +253,23 @@ func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Payloads are shown decoded, unless they nest too deep to be (then
+	// tooDeepNote stands in for them); their stored size is told beside them.
+	sizes := make([]int, len(res.Entries))
+	for i, e := range res.Entries {
+		sizes[i] = len(e.Payload)
+		if tooDeepToShow(e.Payload) {
+			res.Entries[i].Payload, _ = msgpack.Marshal(tooDeepNote)
+		}
+	}
 	out, err := asJSON(res)
 	if err != nil {
 		return nil, err
 	}
-	// Payloads are shown decoded; their stored size is told beside them.
 	entries, _ := out.(map[string]any)["entries"].([]any)
 	for i, e := range entries {
-		if m, ok := e.(map[string]any); ok && i < len(res.Entries) {
-			m["payloadBytes"] = len(res.Entries[i].Payload)
+		if m, ok := e.(map[string]any); ok && i < len(sizes) {
+			m["payloadBytes"] = sizes[i]
 		}
 	}
 	return out, nil

@@ -390,3 +390,53 @@ func TestMessageBrowserShowsPayloads(t *testing.T) {
 		t.Fatalf("sealed, opened without the key: %v", p)
 	}
 }
+
+// A payload nested deeper than ShownNesting (stored through the SQL API,
+// which takes any bytes) is shown as bytes with a note, on a message's
+// page and in the dead letters' list, instead of being decoded: a million
+// levels took the dashboard minutes and its stack before.
+func TestDeepPayloadsAreShownAsBytes(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	srv := httptest.NewServer(ts.srv.HTTPHandler())
+	defer srv.Close()
+	c := ts.client(t)
+	send := func(queue string, payload []byte) {
+		t.Helper()
+		var status string
+		if err := ts.pool.QueryRow(testContext(t), `SELECT status FROM queenside.send($1, $2, 'p')`, queue, payload).Scan(&status); err != nil || status != "queued" {
+			t.Fatalf("send: %s %v", status, err)
+		}
+	}
+	send("deep", nested(1_000_000))
+	send("deep", nested(ShownNesting-1)) // within the bound: decoded
+	p := mustGet(t, srv, browsePath("deep", "p", "")+"/0")["payload"].(map[string]any)
+	if p["kind"] != "bytes" || p["note"] != tooDeepNote || !strings.HasPrefix(p["preview"].(string), "919191") || p["base64"] == nil {
+		t.Fatalf("a million levels: %v", p)
+	}
+	p = mustGet(t, srv, browsePath("deep", "p", "")+"/1")["payload"].(map[string]any)
+	if p["kind"] != "msgpack" || !strings.HasPrefix(p["preview"].(string), "[[[[") {
+		t.Fatalf("%d levels: %v", ShownNesting-1, p)
+	}
+	page := mustGet(t, srv, browsePath("deep", "p", "from=0"))
+	if n := len(page["messages"].([]any)); n != 2 {
+		t.Fatalf("the page lists %d messages, want 2", n)
+	}
+
+	// A dead letter: its payload stands as the note, its size beside it.
+	configure(t, c, "dl", func(o *protocol.QueueOptions) { o.RetryLimit = 0 })
+	mustPop(t, c, protocol.PopArgs{Queue: "dl", Group: "g"})
+	deep := nested(20_000)
+	send("dl", deep)
+	res := mustPop(t, c, protocol.PopArgs{Queue: "dl", Group: "g"})
+	if len(res.Messages) != 1 {
+		t.Fatalf("popped %d messages", len(res.Messages))
+	}
+	mustAck(t, c, queenside.Failed(res.Messages[0], "too deep for its consumer"))
+	entries := mustGet(t, srv, "/api/dlq?queue=dl")["entries"].([]any)
+	if len(entries) != 1 {
+		t.Fatalf("%d dead letters", len(entries))
+	}
+	if e := entries[0].(map[string]any); e["payload"] != tooDeepNote || num(e["payloadBytes"]) != int64(len(deep)) {
+		t.Fatalf("the dead letter: payload %v, %v bytes", e["payload"], e["payloadBytes"])
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/crypt"
 	"github.com/queenside/queenside/sidecar/store"
 )
@@ -23,6 +24,23 @@ import (
 
 // previewChars bounds a payload's preview text.
 const previewChars = 400
+
+// ShownNesting is how deep a payload's arrays and maps may nest to be shown
+// decoded, on the dashboard and by the command line: deeper than a person
+// reads, and shallow enough that decoding it and encoding its JSON take
+// no time and no stack to speak of. A deeper payload is shown as bytes,
+// with a note saying why; it was stored and is delivered as it is.
+const ShownNesting = 100
+
+// tooDeepToShow says whether a payload nests deeper than ShownNesting
+// (a payload that is not one msgpack value is not).
+func tooDeepToShow(raw []byte) bool {
+	deep, err := protocol.NestsDeeperThan(raw, ShownNesting)
+	return err == nil && deep
+}
+
+// tooDeepNote is what a payload too deep to show decoded is shown as.
+var tooDeepNote = fmt.Sprintf("nested more than %d levels deep: shown as bytes", ShownNesting)
 
 // Payload kinds.
 const (
@@ -108,6 +126,11 @@ func (s *Server) payloadOf(m store.StoredMessage, queue string, whole bool) payl
 
 // decodePayload classifies a plaintext msgpack payload and previews it.
 func decodePayload(raw []byte, whole bool) payloadView {
+	if tooDeepToShow(raw) {
+		p := bytesView(raw, whole)
+		p.Note = tooDeepNote
+		return p
+	}
 	var v any
 	rd := bytes.NewReader(raw)
 	if err := msgpack.NewDecoder(rd).Decode(&v); err != nil || rd.Len() > 0 {

@@ -12,6 +12,7 @@ import (
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar"
 )
 
 func popCommand() *cli.Command {
@@ -96,8 +97,12 @@ func printMessages(res protocol.PopResult) {
 	}
 }
 
-// payloadText renders a payload for people: as JSON when it can be.
+// payloadText renders a payload for people: as JSON when it can be, as
+// hex when it is not one msgpack value or nests too deep to show.
 func payloadText(raw []byte) string {
+	if deep, err := protocol.NestsDeeperThan(raw, sidecar.ShownNesting); err == nil && deep {
+		return fmt.Sprintf("%x (nested more than %d levels deep)", raw, sidecar.ShownNesting)
+	}
 	var v any
 	if err := msgpack.Unmarshal(raw, &v); err != nil {
 		return fmt.Sprintf("%x", raw)
