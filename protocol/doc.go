@@ -17,5 +17,11 @@ const Version = 1
 // DefaultMaxFrameBytes is the frame body limit unless a flag changes it.
 const DefaultMaxFrameBytes = 16 << 20
 
+// MaxTimeoutMs is the largest timeoutMs a request may carry: a day, far
+// beyond any call's use, and far below where milliseconds stop fitting in
+// a deadline (about 292 years of nanoseconds). A larger one is
+// invalid_argument.
+const MaxTimeoutMs = 24 * 60 * 60 * 1000
+
 // DefaultMaxInFlight bounds the requests served at once on one connection.
 const DefaultMaxInFlight = 256

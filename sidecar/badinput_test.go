@@ -309,3 +309,23 @@ func TestDeeplyNestedFramesAreRefusedNotFatal(t *testing.T) {
 	}
 	stillServes(t, ts)
 }
+
+// A timeoutMs above a day is invalid_argument, not a deadline already past
+// (a retryable deadline_exceeded); a day itself is served.
+func TestTimeoutAboveADayIsRefused(t *testing.T) {
+	ts := startSidecar(t, "", Options{})
+	r := dialRaw(t, ts.socket)
+	for i, ms := range []uint64{protocol.MaxTimeoutMs + 1, 10_000_000_000_000, 1<<64 - 1} {
+		id := uint64(1 + i)
+		r.sendBody(mustMarshal(t, protocol.Request{ID: id, Op: protocol.OpHealth, TimeoutMs: ms}))
+		resp := r.read()
+		wantError(t, resp, id, protocol.CodeInvalidArgument)
+		if !strings.Contains(resp.Error.Message, "timeoutMs") {
+			t.Fatalf("%d ms: %q", ms, resp.Error.Message)
+		}
+	}
+	r.sendBody(mustMarshal(t, protocol.Request{ID: 9, Op: protocol.OpHealth, TimeoutMs: protocol.MaxTimeoutMs}))
+	if resp := r.read(); resp.ID != 9 || resp.Error != nil {
+		t.Fatalf("a day: %+v", resp.Error)
+	}
+}

@@ -89,6 +89,9 @@ func (s *Server) dispatch(connCtx context.Context, req protocol.Request) (any, e
 	if spec.connAware {
 		ctx = context.WithValue(ctx, connKey{}, connCtx)
 	}
+	if req.TimeoutMs > protocol.MaxTimeoutMs {
+		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "timeoutMs %d is above %d (a day)", req.TimeoutMs, uint64(protocol.MaxTimeoutMs))
+	}
 	if req.TimeoutMs > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)

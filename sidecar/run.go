@@ -160,7 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HTTPAddr != "" {
 		handler := srv.HTTPHandler()
 		if cfg.Profiling {
-			handler = withProfiling(handler)
+			handler = srv.withProfiling(handler)
 		}
 		hs = &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
