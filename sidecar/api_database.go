@@ -8,6 +8,18 @@ import (
 // apiDatabase is the database's health from the queues' point of view:
 // table sizes and dead tuples, what holds back vacuum, connections and
 // replication, with each problem in a sentence (store.DatabaseHealth).
-func (s *Server) apiDatabase(ctx context.Context, _ *http.Request) (any, error) {
-	return s.store.DatabaseHealth(ctx)
+// The statement of the oldest transaction, another session's SQL with its
+// literals (a password in an ALTER ROLE, say), is shown to admin tokens
+// only.
+func (s *Server) apiDatabase(ctx context.Context, r *http.Request) (any, error) {
+	h, err := s.store.DatabaseHealth(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if t := h.OldestTransaction; t != nil && t.Query != "" {
+		if _, role := s.opts.Tokens.match(r); role != roleAdmin {
+			t.Query, t.QueryHidden = "", true
+		}
+	}
+	return h, nil
 }

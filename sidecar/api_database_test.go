@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +143,45 @@ func TestDashboardAPIDatabaseHealth(t *testing.T) {
 	}
 	if code, out := apiCall(t, srv, "POST", "/api/database", "", nil); code != 404 || errCode(out) != "not_found" {
 		t.Fatalf("POST /api/database: %d %v", code, out)
+	}
+}
+
+// Another session's statement, literals and all, is shown to admin tokens
+// only: without one the oldest transaction is there, its query left out.
+func TestDashboardHidesOtherSessionsSQL(t *testing.T) {
+	ts := startSidecar(t, "", Options{Tokens: AdminTokens(testAdminToken)})
+	srv := httptest.NewServer(ts.srv.HTTPHandler())
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, ts.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // ends the test's transaction
+	const secret = "leaked-Passw0rd-42"
+	var pid int32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT txid_current(), '"+secret+"') AS s").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	oldest := func(token string) map[string]any {
+		t.Helper()
+		code, out := apiCall(t, srv, "GET", "/api/database", token, nil)
+		o, _ := out["oldestTransaction"].(map[string]any)
+		if code != 200 || num(o["pid"]) != int64(pid) {
+			t.Fatalf("/api/database: %d, oldest %v, want pid %d", code, o, pid)
+		}
+		return o
+	}
+	if o := oldest(""); o["query"] != "" || o["queryHidden"] != true || strings.Contains(fmt.Sprint(o), secret) {
+		t.Fatalf("without a token: %v", o)
+	}
+	if o := oldest(testAdminToken); !strings.Contains(o["query"].(string), secret) || o["queryHidden"] != nil {
+		t.Fatalf("with the admin token: %v", o)
 	}
 }

@@ -74,6 +74,8 @@ type OpenTransaction struct {
 	XidAge       *int64     `json:"xidAge,omitempty"` // transactions since its xid or snapshot's xmin
 	WaitEvent    string     `json:"waitEvent,omitempty"`
 	Query        string     `json:"query"` // its current or last statement, cut at queryTextMax
+	// QueryHidden says that Query was left out: the reader may not see it.
+	QueryHidden bool `json:"queryHidden,omitempty"`
 }
 
 // PreparedTransaction is a two-phase transaction prepared in this database

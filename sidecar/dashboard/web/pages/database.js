@@ -83,7 +83,8 @@ export function create(ctx) {
         ? h('span', { class: 'warn' }, `yes, by ${num(t.xidAge)} transactions`)
         : 'no (no transaction id, no snapshot)'),
       t.waitEvent ? [h('dt', null, 'Waiting on'), field('wait', t.waitEvent)] : null,
-      h('dt', null, 'Statement'), field('query', t.query ? h('code', null, t.query) : '–')));
+      h('dt', null, 'Statement'), field('query', t.query ? h('code', null, t.query)
+        : t.queryHidden ? h('span', { class: 'muted' }, '(shown to admin tokens only)') : '–')));
   }
 
   function renderHolders(prepared, slots, now) {
