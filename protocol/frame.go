@@ -18,15 +18,30 @@ const FrameHeaderSize = 4
 // large enough. It returns io.EOF only at a frame boundary; a frame cut short
 // is io.ErrUnexpectedEOF.
 func ReadFrame(r io.Reader, buf []byte, maxBytes int) ([]byte, error) {
+	n, err := ReadFrameHeader(r, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return ReadFrameBody(r, buf, n)
+}
+
+// ReadFrameHeader reads a frame's length prefix: the size of the body that
+// follows, 1 to maxBytes, or ErrFrameTooLarge.
+func ReadFrameHeader(r io.Reader, maxBytes int) (int, error) {
 	var hdr [FrameHeaderSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
+		return 0, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n == 0 || uint64(n) > uint64(maxBytes) {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxBytes)
+		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxBytes)
 	}
-	if cap(buf) < int(n) {
+	return int(n), nil
+}
+
+// ReadFrameBody reads a body of n bytes, into buf when it has room.
+func ReadFrameBody(r io.Reader, buf []byte, n int) ([]byte, error) {
+	if cap(buf) < n {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]

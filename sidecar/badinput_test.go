@@ -329,3 +329,39 @@ func TestTimeoutAboveADayIsRefused(t *testing.T) {
 		t.Fatalf("a day: %+v", resp.Error)
 	}
 }
+
+// A frame whose body stops halfway closes its connection once
+// FrameBodyTimeout has passed, and the memory frames in flight hold
+// together is bounded: a frame waits for its share before its body is
+// read, and gets it once the stalled ones are gone.
+func TestHalfSentFramesAreBoundedAndTimedOut(t *testing.T) {
+	const big = 1 << 20
+	ts := startSidecar(t, "", Options{MaxFrameBytes: big, MaxFrameMemory: 2 * big, FrameBodyTimeout: 2 * time.Second})
+	var stalled []*rawConn
+	for range 2 { // the whole budget, announced and never filled
+		r := dialRaw(t, ts.socket)
+		r.write(append(lengthPrefix(big), bytes.Repeat([]byte{0x80}, big/2)...))
+		stalled = append(stalled, r)
+	}
+	time.Sleep(200 * time.Millisecond) // both are read up to their stall
+	start := time.Now()
+	r := dialRaw(t, ts.socket)
+	r.sendRequest(1, protocol.OpHealth, nil)
+	resp := r.read()
+	waited := time.Since(start)
+	if resp.ID != 1 || resp.Error != nil {
+		t.Fatalf("health after the stalled frames: %+v", resp)
+	}
+	if waited < time.Second {
+		t.Fatalf("answered after %v: the budget did not hold the frame back until the stalled ones timed out", waited)
+	}
+	for _, s := range stalled {
+		e := s.read()
+		wantError(t, e, 0, protocol.CodeBadRequest)
+		if !strings.Contains(e.Error.Message, "did not arrive within 2s") {
+			t.Fatalf("stalled frame: %q", e.Error.Message)
+		}
+		s.closed()
+	}
+	stillServes(t, ts)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -16,6 +17,12 @@ import (
 
 // errTooManyFiles is a transient accept failure worth waiting out.
 var errTooManyFiles = syscall.EMFILE
+
+// defaultFrameBodyTimeout bounds how long a frame's body may take to
+// arrive once its length was read (Options.FrameBodyTimeout): a peer that
+// stops halfway holds memory of the shared budget, and is disconnected
+// past it.
+const defaultFrameBodyTimeout = 30 * time.Second
 
 // writeTimeout bounds how long a response may wait on a peer that stopped
 // reading; past it the connection is dropped rather than left to pin
@@ -59,9 +66,7 @@ func (c *conn) serve() {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	slots := make(chan struct{}, c.s.opts.MaxInFlight)
 	for {
-		// A fresh body per frame: decoded requests point into it (payloads
-		// are never copied) and live on in their handlers.
-		body, err := protocol.ReadFrame(r, nil, c.s.opts.MaxFrameBytes)
+		n, err := protocol.ReadFrameHeader(r, c.s.opts.MaxFrameBytes)
 		if err != nil {
 			if errors.Is(err, protocol.ErrFrameTooLarge) {
 				// The framing cannot be trusted any more: say why, then close.
@@ -69,9 +74,35 @@ func (c *conn) serve() {
 			}
 			return
 		}
+		// The body's memory comes out of what every connection's frames
+		// share (--max-frame-memory) until its request is answered: many
+		// peers announcing large frames wait here, rather than each
+		// holding memory it may never fill.
+		if c.s.frameMemory.Acquire(c.ctx, int64(n)) != nil {
+			return
+		}
+		release := func() { c.s.frameMemory.Release(int64(n)) }
+		// A fresh body per frame: decoded requests point into it (payloads
+		// are never copied) and live on in their handlers. It must arrive
+		// within FrameBodyTimeout of its header.
+		timeout := c.s.opts.FrameBodyTimeout
+		_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
+		body, err := protocol.ReadFrameBody(r, nil, n)
+		_ = c.nc.SetReadDeadline(time.Time{})
+		if err != nil {
+			release()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// The rest of the frame may still come: the stream cannot
+				// be read in step again.
+				c.s.log.Warn("closed a connection whose frame did not arrive in time", "bytes", n, "timeout", timeout)
+				c.refuse(r, protocol.Errorf(protocol.CodeBadRequest, "a frame of %d bytes did not arrive within %v of its length", n, timeout))
+			}
+			return
+		}
 		c.s.lastRequest.Store(time.Now().UnixNano())
 		req, perr := protocol.DecodeRequest(body)
 		if perr != nil {
+			release()
 			c.writeError(req.ID, perr)
 			continue
 		}
@@ -79,12 +110,14 @@ func (c *conn) serve() {
 		select {
 		case slots <- struct{}{}:
 		case <-c.ctx.Done():
+			release()
 			return
 		}
 		c.handlers.Add(1)
 		c.s.active.Add(1)
 		go func() {
 			defer func() {
+				release()
 				<-slots
 				c.s.active.Add(-1)
 				c.handlers.Done()

@@ -40,8 +40,11 @@ type Config struct {
 	SpoolMaxBytes int64 // 0: the spool's default, 1 GiB
 	HTTPAddr      string
 	MaxFrameBytes int
-	AllowUIDs     []uint32
-	ShutdownGrace time.Duration
+	// MaxFrameMemory bounds what the frames in flight hold together (the
+	// Options field of the same name).
+	MaxFrameMemory int64
+	AllowUIDs      []uint32
+	ShutdownGrace  time.Duration
 	// RetentionInterval is the time between two rounds of the janitor,
 	// which deletes what retention allows; 0 runs no janitor here.
 	RetentionInterval time.Duration
@@ -122,7 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, AllowUIDs: cfg.AllowUIDs, Buffer: buf, Logger: log,
+	srv := New(st, Options{MaxFrameBytes: cfg.MaxFrameBytes, MaxFrameMemory: cfg.MaxFrameMemory, AllowUIDs: cfg.AllowUIDs, Buffer: buf, Logger: log,
 		ID: id, Tokens: tokens, Keys: keys, HistoryInterval: cfg.HistoryInterval})
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/buffer"
@@ -23,14 +24,26 @@ import (
 // Version is the sidecar's version, set at build time with -ldflags.
 var Version = "0.1.0-dev"
 
+// DefaultMaxFrameMemory is what the frames in flight may hold together
+// unless --max-frame-memory says otherwise: eight frames of the largest
+// default size, and thousands of ordinary pushes, in a pod's memory.
+const DefaultMaxFrameMemory = 128 << 20
+
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("sidecar: server closed")
 
 // Options configure a Server.
 type Options struct {
-	MaxFrameBytes int      // frame body limit; default protocol.DefaultMaxFrameBytes
-	MaxInFlight   int      // requests served at once per connection; default protocol.DefaultMaxInFlight
-	AllowUIDs     []uint32 // peers allowed by SO_PEERCRED; empty allows any
+	MaxFrameBytes int // frame body limit; default protocol.DefaultMaxFrameBytes
+	MaxInFlight   int // requests served at once per connection; default protocol.DefaultMaxInFlight
+	// MaxFrameMemory bounds the bytes of the frames read and not yet
+	// answered, over every connection; default DefaultMaxFrameMemory, and
+	// never below MaxFrameBytes.
+	MaxFrameMemory int64
+	// FrameBodyTimeout is how long a frame's body may take to arrive once
+	// its length was read; default 30 s.
+	FrameBodyTimeout time.Duration
+	AllowUIDs        []uint32 // peers allowed by SO_PEERCRED; empty allows any
 	// Buffer spools pushes while PostgreSQL is unreachable; nil fails them
 	// with unavailable instead.
 	Buffer *buffer.Buffer
@@ -88,6 +101,9 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	// frameMemory is Options.MaxFrameMemory, held by each frame from its
+	// length to its answer.
+	frameMemory *semaphore.Weighted
 
 	// history is what the dashboard's charts start from, sampled once the
 	// dashboard is served (startHistory).
@@ -102,6 +118,13 @@ func New(st *store.Store, opts Options) *Server {
 	}
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = protocol.DefaultMaxInFlight
+	}
+	if opts.MaxFrameMemory <= 0 {
+		opts.MaxFrameMemory = DefaultMaxFrameMemory
+	}
+	opts.MaxFrameMemory = max(opts.MaxFrameMemory, int64(opts.MaxFrameBytes))
+	if opts.FrameBodyTimeout <= 0 {
+		opts.FrameBodyTimeout = defaultFrameBodyTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
@@ -119,21 +142,22 @@ func New(st *store.Store, opts Options) *Server {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		opts:      opts,
-		log:       opts.Logger,
-		store:     st,
-		buffer:    opts.Buffer,
-		id:        opts.ID,
-		started:   time.Now(),
-		baseCtx:   ctx,
-		cancel:    cancel,
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[*conn]struct{}),
-		drained:   make(chan struct{}),
-		readyCh:   make(chan struct{}),
-		wakes:     newWakeHub(),
-		control:   newControl(),
-		history:   history.New(historyInterval),
+		opts:        opts,
+		log:         opts.Logger,
+		store:       st,
+		buffer:      opts.Buffer,
+		id:          opts.ID,
+		started:     time.Now(),
+		baseCtx:     ctx,
+		cancel:      cancel,
+		listeners:   make(map[net.Listener]struct{}),
+		frameMemory: semaphore.NewWeighted(opts.MaxFrameMemory),
+		conns:       make(map[*conn]struct{}),
+		drained:     make(chan struct{}),
+		readyCh:     make(chan struct{}),
+		wakes:       newWakeHub(),
+		control:     newControl(),
+		history:     history.New(historyInterval),
 	}
 	s.pops = newPopHub(s)
 	s.ops = s.operations()

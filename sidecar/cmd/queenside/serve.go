@@ -48,6 +48,7 @@ func daemonFlags(socket, spool string) []cli.Flag {
 		&cli.Int64Flag{Name: "spool-max-bytes", Value: 1 << 30, Usage: "bound on the spool's size; pushes then fail with spool_full, and nothing spooled is dropped", EnvVars: []string{"QUEENSIDE_SPOOL_MAX_BYTES"}},
 		&cli.StringFlag{Name: "http-addr", Usage: "address of the HTTP probe port, e.g. :8080 (off when empty)", EnvVars: []string{"QUEENSIDE_HTTP_ADDR"}},
 		&cli.IntFlag{Name: "max-frame-bytes", Value: protocol.DefaultMaxFrameBytes, Usage: "largest frame body accepted"},
+		&cli.Int64Flag{Name: "max-frame-memory", Value: sidecar.DefaultMaxFrameMemory, Usage: "memory the frames read and not yet answered may hold together, over every connection; a frame waits for its share before it is read (at least --max-frame-bytes)"},
 		&cli.DurationFlag{Name: "shutdown-grace", Value: sidecar.DefaultShutdownGrace, Usage: "how long SIGTERM waits for requests in flight"},
 		&cli.DurationFlag{Name: "retention-interval", Value: sidecar.DefaultRetentionInterval, Usage: "time between two rounds of deleting what retention allows (0: never, on this sidecar)"},
 		&cli.StringFlag{Name: "admin-token-file", Usage: "file of the tokens (16 characters or more; one <name>:<token> a line, or one bare token) that may read and write the dashboard's API as Authorization: Bearer; without it every write is refused", EnvVars: []string{"QUEENSIDE_ADMIN_TOKEN_FILE"}},
@@ -75,6 +76,9 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 	if n := c.Int("max-frame-bytes"); n < 1024 || n > 1<<30 {
 		return sidecar.Config{}, fmt.Errorf("--max-frame-bytes %d: want 1024..%d", n, 1<<30)
 	}
+	if m, n := c.Int64("max-frame-memory"), c.Int("max-frame-bytes"); m < int64(n) {
+		return sidecar.Config{}, fmt.Errorf("--max-frame-memory %d: want at least --max-frame-bytes (%d), or no frame of that size could be read", m, n)
+	}
 	if d := c.Duration("history-interval"); d < 0 {
 		return sidecar.Config{}, fmt.Errorf("--history-interval %v: want 0 (no history) or more", d)
 	}
@@ -100,16 +104,17 @@ func daemonConfig(c *cli.Context) (sidecar.Config, error) {
 		uids = append(uids, uint32(u))
 	}
 	return sidecar.Config{
-		SocketPath:    c.String("socket"),
-		SocketMode:    os.FileMode(mode),
-		SpoolDir:      c.String("spool-dir"),
-		SpoolMaxBytes: c.Int64("spool-max-bytes"),
-		HTTPAddr:      c.String("http-addr"),
-		MaxFrameBytes: c.Int("max-frame-bytes"),
-		AllowUIDs:     uids,
-		ShutdownGrace: c.Duration("shutdown-grace"),
-		Profiling:     c.Bool("pprof"),
-		Logger:        log,
+		SocketPath:     c.String("socket"),
+		SocketMode:     os.FileMode(mode),
+		SpoolDir:       c.String("spool-dir"),
+		SpoolMaxBytes:  c.Int64("spool-max-bytes"),
+		HTTPAddr:       c.String("http-addr"),
+		MaxFrameBytes:  c.Int("max-frame-bytes"),
+		MaxFrameMemory: c.Int64("max-frame-memory"),
+		AllowUIDs:      uids,
+		ShutdownGrace:  c.Duration("shutdown-grace"),
+		Profiling:      c.Bool("pprof"),
+		Logger:         log,
 
 		AdminTokenFile:     c.String("admin-token-file"),
 		ReadTokenFile:      c.String("read-token-file"),
