@@ -26,6 +26,35 @@ func buildSidecar(t *testing.T) string {
 	return bin
 }
 
+// tinyConfig is a run of the given scenarios against a sidecar built from
+// this tree and a database of its own, writing no report.
+func tinyConfig(t *testing.T, bin string, scenarios ...string) Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.DatabaseURL = pgtest.NewDatabase(t)
+	cfg.SidecarBinary = bin
+	cfg.Out = ""
+	cfg.Scenarios = scenarios
+	cfg.WritesQuiet = 0 // what PostgreSQL wrote is not what these tests look at
+	return cfg
+}
+
+// runLogged runs cfg within limit, logs what it printed, and fails the test
+// when the run fails.
+func runLogged(t *testing.T, cfg Config, limit time.Duration) *Report {
+	t.Helper()
+	var out bytes.Buffer
+	cfg.Output = &out
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return rep
+}
+
 // TestEveryScenario runs the whole instrument at tiny sizes against a real
 // sidecar child and PostgreSQL, so it cannot rot. It checks correctness
 // only; speed depends on the machine and is never asserted.

@@ -170,17 +170,27 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 	})
 	wg.Go(func() { consumed = run() })
 	wg.Wait()
-	p.Seconds = b.cfg.CurveDuration.Seconds()
+	p.Writes = writes(inWindow.Load() + drained.Load())
+	return p, p.fill(b.cfg, end, pushed, consumed, inWindow.Load(), drained.Load())
+}
+
+// fill works out a point's figures once its window and drain are over:
+// deliveries in the window and after it, the latencies, the CPU a message
+// (the sidecar's when it was measured), and the partitions served (pgmq's
+// groups). It returns the producers' and consumers' tallies merged, its
+// pushed the producers' queued items and its messages the deliveries.
+func (p *CurvePoint) fill(cfg Config, end time.Time, pushed, consumed *tally, inWindow, drained int64) *tally {
+	p.Seconds = cfg.CurveDuration.Seconds()
 	p.Pushed = pushed.messages
-	p.Delivered = inWindow.Load()
+	p.Delivered = inWindow
 	p.DeliveredPerSec = float64(p.Delivered) / p.Seconds
 	p.Left = p.Pushed - p.Delivered
-	p.Drained = p.Delivered+drained.Load() >= p.Pushed
+	p.Drained = p.Delivered+drained >= p.Pushed
 	p.DrainSeconds = curveDrain.Seconds()
 	if p.Drained {
 		p.DrainSeconds = max(consumed.lastDelivery.Sub(end).Seconds(), 0)
 	}
-	p.PartitionsPushed = min(int(p.Pushed), b.cfg.MixedPartitions) // message k goes to partition k mod the count
+	p.PartitionsPushed = min(int(p.Pushed), cfg.MixedPartitions) // message k goes to partition k mod the count
 	p.PartitionsServed = len(consumed.partitions)
 	if p.Delivered > 0 {
 		if v := p.PostgresCPUSeconds; v != nil {
@@ -190,7 +200,7 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 			p.SidecarMicrosPer = ptr(*v / float64(p.Delivered) * 1e6)
 		}
 	}
-	p.Writes = writes(p.Delivered + drained.Load())
+	consumedMessages := consumed.messages
 	all := pushed.merge(consumed)
 	p.Delivery = summarize(all.delivery)
 	p.AfterCommit = summarize(all.afterCommit)
@@ -200,10 +210,8 @@ func (b *bench) curvePoint(ctx context.Context, rate int) (CurvePoint, *tally) {
 	p.EmptyPops = all.emptyPops
 	p.Redelivered = all.redelivered
 	p.Errors = all.errors
-	// The producers' queued items are what the scenario pushed; its
-	// messages are deliveries.
-	all.pushed, all.messages = all.messages-consumed.messages, consumed.messages
-	return p, all
+	all.pushed, all.messages = all.messages-consumedMessages, consumedMessages
+	return all
 }
 
 // warmQueue gives a fresh queue its partitions and the consumers' group,

@@ -1,12 +1,8 @@
 package bench
 
 import (
-	"bytes"
-	"context"
 	"testing"
 	"time"
-
-	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // TestLiveQueueConsumers runs curve at a tiny size with each kind of
@@ -31,26 +27,12 @@ func TestLiveQueueConsumers(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.DatabaseURL = pgtest.NewDatabase(t)
-			cfg.SidecarBinary = bin
-			cfg.Out = ""
-			cfg.Scenarios = []string{ScenarioCurve}
+			cfg := tinyConfig(t, bin, ScenarioCurve)
 			cfg.MixedPartitions = 50
 			cfg.CurveRates = []int{500}
 			cfg.CurveDuration = time.Second
-			cfg.WritesQuiet = 0
 			tc.set(&cfg)
-			var out bytes.Buffer
-			cfg.Output = &out
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			rep, err := Run(ctx, cfg)
-			t.Logf("output:\n%s", out.String())
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			r := rep.Scenarios[0]
+			r := runLogged(t, cfg, 2*time.Minute).Scenarios[0]
 			if r.Failed || r.Errors != 0 || len(r.Curve) != 1 {
 				t.Fatalf("failed %v with %d errors: %v", r.Failed, r.Errors, r.ErrorSamples)
 			}

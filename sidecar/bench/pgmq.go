@@ -222,35 +222,7 @@ func (b *bench) pgmqPoint(ctx context.Context, cc *pgx.ConnConfig, rate int) (Cu
 		})
 	})
 	wg.Wait()
-	p.Seconds = b.cfg.CurveDuration.Seconds()
-	p.Pushed = pushed.messages
-	p.Delivered = inWindow.Load()
-	p.DeliveredPerSec = float64(p.Delivered) / p.Seconds
-	p.Left = p.Pushed - p.Delivered
-	p.Drained = p.Delivered+drained.Load() >= p.Pushed
-	p.DrainSeconds = curveDrain.Seconds()
-	if p.Drained {
-		p.DrainSeconds = max(consumed.lastDelivery.Sub(end).Seconds(), 0)
-	}
-	p.PartitionsPushed = min(int(p.Pushed), b.cfg.MixedPartitions) // message k goes to group k mod the count
-	p.PartitionsServed = len(consumed.partitions)
-	if p.Delivered > 0 {
-		if v := p.PostgresCPUSeconds; v != nil {
-			p.PostgresMicrosPer = ptr(*v / float64(p.Delivered) * 1e6)
-		}
-	}
-	all := pushed.merge(consumed)
-	p.Delivery = summarize(all.delivery)
-	p.Push = summarize(all.requests["push"])
-	p.Pop = summarize(all.requests["pop"])
-	p.Ack = summarize(all.requests["ack"])
-	p.EmptyPops = all.emptyPops
-	p.Redelivered = all.redelivered
-	p.Errors = all.errors
-	// As in the curve: the producers' messages are what was pushed, the
-	// consumers' are deliveries.
-	all.pushed, all.messages = all.messages-consumed.messages, consumed.messages
-	return p, all
+	return p, p.fill(b.cfg, end, pushed, consumed, inWindow.Load(), drained.Load())
 }
 
 // pgmqMessages builds the bodies and headers of pgmq messages: a JSON

@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
 // TestPgmqNeedsItsSQL: without --pgmq-sql the scenario fails at setup and
@@ -30,25 +27,12 @@ func TestPgmqScenario(t *testing.T) {
 		t.Skip("QUEENSIDE_PGMQ_SQL does not name pgmq's pgmq-extension/sql/pgmq.sql, which the repository does not hold")
 	}
 	bin := buildSidecar(t)
-	cfg := DefaultConfig()
-	cfg.DatabaseURL = pgtest.NewDatabase(t)
-	cfg.SidecarBinary = bin
-	cfg.Out = ""
-	cfg.Scenarios = []string{ScenarioPgmq}
+	cfg := tinyConfig(t, bin, ScenarioPgmq)
 	cfg.PgmqSQL = sql
-	cfg.WritesQuiet = 0 // what PostgreSQL wrote is not what this test looks at
 	cfg.MixedPartitions = 100
 	cfg.CurveRates = []int{500, 2000}
 	cfg.CurveDuration = time.Second
-	var out bytes.Buffer
-	cfg.Output = &out
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg)
-	t.Logf("output:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	rep := runLogged(t, cfg, 2*time.Minute)
 	if len(rep.Scenarios) != 1 || rep.Scenarios[0].Name != ScenarioPgmq {
 		t.Fatalf("scenarios reported: %+v, want pgmq alone", rep.Scenarios)
 	}
