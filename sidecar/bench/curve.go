@@ -67,15 +67,22 @@ const curveDrain = 10 * time.Second
 // figures add the points up; the points are in r.Curve.
 func (b *bench) scenarioCurve(ctx context.Context) Result {
 	r := Result{Name: ScenarioCurve}
-	var all *tally
 	fmt.Fprintf(b.out, "  consumers: %d, %s\n", b.cfg.MixedConsumers, b.cfg.consumerName())
+	b.sweep(ctx, &r, b.curvePoint, curveLine)
+	return r
+}
+
+// sweep measures point at every rate of cfg.CurveRates in turn, prints
+// each as line says, and adds them up into r.
+func (b *bench) sweep(ctx context.Context, r *Result, point func(context.Context, int) (CurvePoint, *tally), line func(CurvePoint) string) {
+	var all *tally
 	for _, rate := range b.cfg.CurveRates {
 		if ctx.Err() != nil {
 			break
 		}
-		p, t := b.curvePoint(ctx, rate)
+		p, t := point(ctx, rate)
 		r.Curve = append(r.Curve, p)
-		fmt.Fprintf(b.out, "  %s\n", curveLine(p))
+		fmt.Fprintf(b.out, "  %s\n", line(p))
 		if all == nil {
 			all = t
 		} else {
@@ -85,7 +92,9 @@ func (b *bench) scenarioCurve(ctx context.Context) Result {
 		r.PostgresCPUSeconds = addOpt(r.PostgresCPUSeconds, p.PostgresCPUSeconds)
 		r.SidecarCPUSeconds = addOpt(r.SidecarCPUSeconds, p.SidecarCPUSeconds)
 		r.BenchCPUSeconds = addOpt(r.BenchCPUSeconds, p.benchCPUSeconds)
-		r.SidecarPeakRSSBytes = p.sidecarPeakRSSBytes
+		if p.sidecarPeakRSSBytes != nil {
+			r.SidecarPeakRSSBytes = p.sidecarPeakRSSBytes
+		}
 		r.Pushed += p.Pushed
 	}
 	if all != nil {
@@ -93,7 +102,6 @@ func (b *bench) scenarioCurve(ctx context.Context) Result {
 		r.absorb(all, "push")
 		r.Pushed = pushed
 	}
-	return r
 }
 
 // curvePoint measures one offered rate on a queue of its own.

@@ -65,29 +65,7 @@ func (b *bench) scenarioPgmq(ctx context.Context) Result {
 			fmt.Fprintf(b.out, "  %v\n", err)
 		}
 	}()
-	var all *tally
-	for _, rate := range b.cfg.CurveRates {
-		if ctx.Err() != nil {
-			break
-		}
-		p, t := b.pgmqPoint(ctx, cc, rate)
-		r.Curve = append(r.Curve, p)
-		fmt.Fprintf(b.out, "  %s\n", pgmqLine(p))
-		if all == nil {
-			all = t
-		} else {
-			all.merge(t)
-		}
-		r.Seconds += p.Seconds
-		r.PostgresCPUSeconds = addOpt(r.PostgresCPUSeconds, p.PostgresCPUSeconds)
-		r.BenchCPUSeconds = addOpt(r.BenchCPUSeconds, p.benchCPUSeconds)
-		r.Pushed += p.Pushed
-	}
-	if all != nil {
-		pushed := r.Pushed
-		r.absorb(all, "push")
-		r.Pushed = pushed
-	}
+	b.sweep(ctx, &r, func(ctx context.Context, rate int) (CurvePoint, *tally) { return b.pgmqPoint(ctx, cc, rate) }, pgmqLine)
 	return r
 }
 
