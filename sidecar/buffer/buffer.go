@@ -60,6 +60,10 @@ type Buffer struct {
 	// passMu is held by a replay pass and by the counting of an adopted
 	// segment, so a segment is never replayed before its records are counted.
 	passMu sync.Mutex
+	// unmarked is the replay progress committed to the database that the
+	// spool could not record (its disk full): replay goes no further until
+	// it is recorded, or what follows would be replayed again after it.
+	unmarked atomic.Pointer[unmarkedProgress]
 
 	warnMu     sync.Mutex
 	quarantine []string // found at open or on adoption
@@ -218,6 +222,9 @@ func (b *Buffer) Stats() Stats {
 	}
 	if n := b.rejected.Load(); n > 0 {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d spooled record(s) were refused by the database and kept in quarantine/", n))
+	}
+	if u := b.unmarked.Load(); u != nil {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("the spool's disk refuses its replay progress (%v): replay waits until it is recorded; the database is not the cause", u.err))
 	}
 	if stale := b.windows.exceeded(s.Oldest, b.pending.queues()); stale != "" {
 		s.Warnings = append(s.Warnings, stale)

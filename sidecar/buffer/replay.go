@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -73,6 +74,9 @@ func (b *Buffer) Run(ctx context.Context, ready func() bool) {
 			// in time: a lock held long, or a Citus worker that does not
 			// answer. Its partitions stay held; the next tick tries again.
 			b.log.Warn("a replayed batch was not committed in time; will retry", "error", err)
+		case errors.Is(err, errProgressUnrecorded):
+			// Logged by mark; the next tick tries again, the database
+			// taken for up all the while.
 		case store.IsUnavailable(err):
 			b.MarkDown(err)
 		default:
@@ -109,6 +113,9 @@ func (b *Buffer) pass(ctx context.Context) error {
 	}
 	b.passMu.Lock()
 	defer b.passMu.Unlock()
+	if err := b.markUnmarked(); err != nil {
+		return err
+	}
 	b.replaying.Store(true)
 	defer b.replaying.Store(false)
 	if err := b.sp.Seal(); err != nil {
@@ -142,16 +149,15 @@ func (b *Buffer) replaySegment(ctx context.Context, seg spool.Segment) error {
 		if err := b.store(ctx, seg, batch, raws); err != nil {
 			return err
 		}
-		if err := b.sp.MarkReplayed(seg, end); err != nil {
-			return fmt.Errorf("mark spool progress: %w", err)
-		}
+		// Committed: whether or not the spool can record it, the batch is
+		// in the database and no longer holds its partitions.
 		keys := make([]partitionKey, len(batch))
 		for i, m := range batch {
 			keys[i] = partitionKey{m.Queue, m.Partition}
 		}
 		b.pending.add(keys, -1)
 		batch, raws = batch[:0], raws[:0]
-		return nil
+		return b.mark(seg, end)
 	}
 	err := b.sp.Read(seg, func(r spool.Record) error {
 		end = r.End
@@ -172,8 +178,48 @@ func (b *Buffer) replaySegment(ctx context.Context, seg spool.Segment) error {
 		return err
 	}
 	if end > 0 {
-		return b.sp.MarkReplayed(seg, end)
+		return b.mark(seg, end)
 	}
+	return nil
+}
+
+// unmarkedProgress is how far a segment is replayed, committed to the
+// database and not yet recorded by the spool, and why.
+type unmarkedProgress struct {
+	seg spool.Segment
+	end int64
+	err error
+}
+
+// errProgressUnrecorded is a pass stopped because the spool could not
+// record replay progress: the spool's disk, not the database.
+var errProgressUnrecorded = errors.New("spool replay progress not recorded")
+
+// mark records that seg is replayed up to end. If the spool cannot (its
+// disk is full, say), the progress is kept here and the pass stops: every
+// pass first records it (markUnmarked) and replays nothing until it is,
+// so that no record is stored twice while the disk refuses writes.
+func (b *Buffer) mark(seg spool.Segment, end int64) error {
+	if err := b.sp.MarkReplayed(seg, end); err != nil {
+		b.unmarked.Store(&unmarkedProgress{seg: seg, end: end, err: err})
+		b.log.Error("the spool cannot record its replay progress; replay waits until it can, so that nothing is stored twice",
+			"segment", filepath.Base(seg.Path), "error", err)
+		return fmt.Errorf("%w: %w", errProgressUnrecorded, err)
+	}
+	return nil
+}
+
+// markUnmarked records the progress mark could not, if any.
+func (b *Buffer) markUnmarked() error {
+	u := b.unmarked.Load()
+	if u == nil {
+		return nil
+	}
+	if err := b.sp.MarkReplayed(u.seg, u.end); err != nil {
+		return fmt.Errorf("%w: %w", errProgressUnrecorded, err)
+	}
+	b.unmarked.Store(nil)
+	b.log.Info("the spool recorded its replay progress again; replay goes on", "segment", filepath.Base(u.seg.Path))
 	return nil
 }
 
