@@ -132,9 +132,10 @@ func TestFlippedByteMidSegment(t *testing.T) {
 	}
 }
 
-// A length field damaged beyond any record's size leaves no way to find
-// the records after it: those before are kept, the original quarantined.
-func TestImplausibleLengthStopsScan(t *testing.T) {
+// A length field damaged beyond any record's size: the scan finds its
+// footing on the next record that verifies, so only the damaged record is
+// lost; the original is quarantined unchanged.
+func TestImplausibleLengthResyncs(t *testing.T) {
 	dir := t.TempDir()
 	path := writeSegment(t, dir, five...)
 	starts, _ := recordStarts(five...)
@@ -147,7 +148,51 @@ func TestImplausibleLengthStopsScan(t *testing.T) {
 	if len(rep.Quarantined) != 1 || !bytes.Equal(readFile(t, rep.Quarantined[0]), b) {
 		t.Fatalf("Recovery = %+v, want the original quarantined unchanged", rep)
 	}
-	wantRecords(t, s, "record-0", "record-1")
+	wantRecords(t, s, "record-0", "record-1", "record-3", "record-4")
+}
+
+// A length damaged to point past the end of the file (0xFFFFFF, say) is not
+// a torn tail when records that verify follow: only the damaged record is
+// lost, the original is quarantined and the loss logged at ERROR, not cut
+// off as a crash's last write with a warning.
+func TestLengthPastTheEndWithRecordsAfterIsDamage(t *testing.T) {
+	dir := t.TempDir()
+	records := names("record-", 300)
+	path := writeSegment(t, dir, records...)
+	starts, _ := recordStarts(records...)
+	b := readFile(t, path)
+	binary.LittleEndian.PutUint32(b[starts[150]:], 0xFFFFFF)
+	writeFile(t, path, b)
+
+	log, logs := newLogger()
+	s := open(t, dir, Options{Logger: log})
+	rep := s.Recovery()
+	if len(rep.Quarantined) != 1 || len(rep.TornTails) != 0 || rep.Records != 299 {
+		t.Fatalf("Recovery = %+v, want 299 records kept and the original quarantined", rep)
+	}
+	if out := logs.String(); !strings.Contains(out, "[ERROR]") || strings.Contains(out, "torn tail") {
+		t.Fatalf("the damage is not logged as an error, or is taken for a torn tail:\n%s", out)
+	}
+	want := append(append([]string(nil), records[:150]...), records[151:]...)
+	wantRecords(t, s, want...)
+}
+
+// A byte flipped in a record's length to a smaller length that still fits:
+// the CRC fails, and the scan goes on at the next record that verifies
+// rather than where the damaged length points.
+func TestShortenedLengthResyncs(t *testing.T) {
+	dir := t.TempDir()
+	path := writeSegment(t, dir, five...)
+	starts, _ := recordStarts(five...)
+	b := readFile(t, path)
+	binary.LittleEndian.PutUint32(b[starts[1]:], 3) // record-1 is 8 bytes
+	writeFile(t, path, b)
+
+	s := open(t, dir, Options{})
+	if rep := s.Recovery(); len(rep.Quarantined) != 1 || rep.Records != 4 {
+		t.Fatalf("Recovery = %+v", rep)
+	}
+	wantRecords(t, s, "record-0", "record-2", "record-3", "record-4")
 }
 
 func TestBadHeaderQuarantinesWholeFile(t *testing.T) {

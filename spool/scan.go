@@ -35,23 +35,42 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 		}
 		h := parseRecordHeader(hb[:])
 		if !h.plausible() {
-			// No length to skip by: what follows cannot be found. Zeros
-			// are space the file system allocated but a crash left
-			// unwritten; anything else is damage.
+			// No length to skip by. Zeros are space the file system
+			// allocated but a crash left unwritten; anything else is
+			// damage, past which the next record that verifies is looked
+			// for byte by byte.
 			zero, err := allZero(f, off, size)
+			if err != nil || zero {
+				res.tornAt, res.tornZero = off, zero
+				return res, err
+			}
+			next, err := resync(f, off+1, size)
 			if err != nil {
 				return res, err
 			}
-			if zero {
-				res.tornAt, res.tornZero = off, true
-			} else {
-				res.bad = append(res.bad, off)
+			res.bad = append(res.bad, off)
+			if next < 0 {
+				return res, nil
 			}
-			return res, nil
+			off = next
+			br.Reset(io.NewSectionReader(f, off, size-off))
+			continue
 		}
 		end := off + h.size()
 		if end > size {
-			return res, res.tear(f, off, size)
+			// The last write of a crash, unless a record that verifies
+			// follows: then the length was damaged.
+			next, err := resync(f, off+1, size)
+			if err != nil {
+				return res, err
+			}
+			if next < 0 {
+				return res, res.tear(f, off, size)
+			}
+			res.bad = append(res.bad, off)
+			off = next
+			br.Reset(io.NewSectionReader(f, off, size-off))
+			continue
 		}
 		if cap(data) < int(h.length) {
 			data = make([]byte, h.length)
@@ -70,8 +89,18 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 			if zero {
 				return res, res.tear(f, off, size)
 			}
+			// The length itself may be what was damaged: the next record
+			// is the next that verifies, not what the length says.
+			next, err := resync(f, off+1, size)
+			if err != nil {
+				return res, err
+			}
 			res.bad = append(res.bad, off)
-			off = end
+			if next < 0 {
+				return res, nil
+			}
+			off = next
+			br.Reset(io.NewSectionReader(f, off, size-off))
 			continue
 		}
 		if err := fn(off, h, data); err != nil {
@@ -81,6 +110,32 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 		off = end
 	}
 	return res, nil
+}
+
+// resync returns the first offset at or after from where a whole record
+// verifies, as a write-ahead log reader finds its footing after damage, or
+// -1 when none does. A record's CRC covers its length and time as well as
+// its data, so damage is not taken for a record. It reads the rest of the
+// file at once: a segment is tens of megabytes at most, and only a damaged
+// one is read this way.
+func resync(f io.ReaderAt, from, size int64) (int64, error) {
+	if size-from < recordHeaderSize {
+		return -1, nil
+	}
+	rest := make([]byte, size-from)
+	if _, err := f.ReadAt(rest, from); err != nil {
+		return -1, err
+	}
+	for i := 0; i+recordHeaderSize <= len(rest); i++ {
+		h := parseRecordHeader(rest[i:])
+		if !h.plausible() || int64(i)+h.size() > int64(len(rest)) {
+			continue
+		}
+		if h.verifies(rest[i+recordHeaderSize : int64(i)+h.size()]) {
+			return from + int64(i), nil
+		}
+	}
+	return -1, nil
 }
 
 // tear records a torn tail from off to the end of the file.
