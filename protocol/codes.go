@@ -26,6 +26,10 @@ const (
 	// CodeKeyMissing: an encryption key this sidecar was not given is
 	// needed (revision 1.1).
 	CodeKeyMissing Code = "key_missing"
+	// CodePermissionDenied: the sidecar's database role lacks a privilege
+	// the call needs (revision 1.3). Retrying cannot help until it is
+	// granted.
+	CodePermissionDenied Code = "permission_denied"
 )
 
 // retryable lists the codes a client may retry unchanged.
@@ -48,6 +52,7 @@ func Codes() []Code {
 		CodeInvalidArgument, CodeNotFound, CodeConflict, CodeLeaseExpired,
 		CodeUnavailable, CodeSpoolFull, CodeDraining, CodeOverloaded,
 		CodeDeadlineExceeded, CodeUnauthorized, CodeInternal, CodeKeyMissing,
+		CodePermissionDenied,
 	}
 }
 

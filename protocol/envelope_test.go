@@ -86,9 +86,9 @@ func TestReadTimeAcceptsThreeForms(t *testing.T) {
 func TestCodesRetryable(t *testing.T) {
 	retry := map[Code]bool{CodeUnavailable: true, CodeSpoolFull: true, CodeDraining: true,
 		CodeOverloaded: true, CodeDeadlineExceeded: true, CodeInternal: true}
-	// 15 in version 1, and key_missing in revision 1.1.
-	if len(Codes()) != 16 || Codes()[15] != CodeKeyMissing {
-		t.Fatalf("%d codes, the contract has 16 (key_missing last)", len(Codes()))
+	// 15 in version 1, key_missing in revision 1.1, permission_denied in 1.3.
+	if len(Codes()) != 17 || Codes()[15] != CodeKeyMissing || Codes()[16] != CodePermissionDenied {
+		t.Fatalf("%d codes, the contract has 17 (key_missing, then permission_denied, last)", len(Codes()))
 	}
 	for _, c := range Codes() {
 		if c.Retryable() != retry[c] || Errorf(c, "x").Retryable != retry[c] {

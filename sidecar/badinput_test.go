@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 
 	queenside "github.com/queenside/queenside/clients/go"
 	"github.com/queenside/queenside/protocol"
+	"github.com/queenside/queenside/sidecar/store"
 )
 
 func wantError(t *testing.T, resp protocol.Response, id uint64, code protocol.Code) {
@@ -364,4 +368,62 @@ func TestHalfSentFramesAreBoundedAndTimedOut(t *testing.T) {
 		s.closed()
 	}
 	stillServes(t, ts)
+}
+
+// A sidecar whose database role may only read says so: health is not ok
+// and names the privileges it lacks, and a push fails permission_denied,
+// not retryable, instead of a retryable internal error.
+func TestARoleThatMayOnlyReadIsNotHealthy(t *testing.T) {
+	owner := startSidecar(t, "", Options{}) // migrates the schema as its owner
+	mustPush(t, owner.client(t), item(t, "q", "p", "t1", 1))
+	for _, sql := range []string{
+		"CREATE ROLE qs_reader LOGIN",
+		"GRANT USAGE ON SCHEMA queenside TO qs_reader",
+		"GRANT SELECT ON ALL TABLES IN SCHEMA queenside TO qs_reader",
+		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA queenside TO qs_reader",
+	} {
+		if _, err := owner.pool.Exec(testContext(t), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, sql := range []string{"DROP OWNED BY qs_reader", "DROP ROLE qs_reader"} {
+			owner.pool.Exec(context.Background(), sql) //nolint:errcheck // the test database goes anyway
+		}
+	})
+	u, err := url.Parse(owner.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("qs_reader")
+	st, err := store.Open(testContext(t), u.String(), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := New(st, Options{Logger: testLogger()})
+	srv.SetReady()
+	socket := filepath.Join(shortTempDir(t), "qs.sock")
+	ln, err := ListenSocket(socket, 0o660)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	defer srv.Close()
+
+	h := srv.Health(testContext(t))
+	if h.Status == protocol.HealthOK || h.Database.OK || !strings.Contains(h.Database.Error, "lacks DELETE on queenside.") ||
+		!strings.Contains(h.Database.Error, "INSERT on queenside.partitions") {
+		t.Fatalf("health of a role that may only read: %s %+v", h.Status, h.Database)
+	}
+	res, err := dialClient(t, socket).Push(testContext(t), item(t, "q", "p", "t2", 2))
+	var pe *protocol.Error
+	if err == nil && len(res) == 1 {
+		pe = res[0].Error
+	} else {
+		errors.As(err, &pe)
+	}
+	if pe == nil || pe.Code != protocol.CodePermissionDenied || pe.Retryable || !strings.Contains(pe.Message, "permission denied") {
+		t.Fatalf("push as a role that may only read: %+v, %v, %v", res, pe, err)
+	}
 }

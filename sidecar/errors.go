@@ -32,6 +32,9 @@ func (s *Server) toProtocolError(err error) *protocol.Error {
 	case store.IsUnavailable(err):
 		s.suspectDatabase(err)
 		return protocol.Errorf(protocol.CodeUnavailable, "database unavailable: %v", err)
+	case store.IsPermissionDenied(err):
+		s.log.Error("the database role may not do what a request needs", "error", err)
+		return protocol.Errorf(protocol.CodePermissionDenied, "the sidecar's database role lacks a privilege: %v", err)
 	}
 	s.log.Error("request failed", "error", err)
 	return protocol.Errorf(protocol.CodeInternal, "%v", err)

@@ -39,6 +39,11 @@ func (s *Server) Health(ctx context.Context) protocol.HealthResult {
 		h.Database = protocol.DatabaseHealth{OK: true, LatencyMs: ms(latency), Error: "schema not migrated yet"}
 	default:
 		h.Database = protocol.DatabaseHealth{OK: true, LatencyMs: ms(latency)}
+		if missing, err := s.store.MissingPrivileges(ctx); err == nil && missing != "" {
+			h.Status = protocol.HealthUnavailable
+			h.Database.OK = false
+			h.Database.Error = "the sidecar's database role lacks " + missing
+		}
 	}
 	if s.draining.Load() {
 		h.Status = protocol.HealthDraining

@@ -126,6 +126,25 @@ func (s *Store) connectSession(ctx context.Context) (*pgx.Conn, error) {
 	return s.connect(ctx, s.session)
 }
 
+// MissingPrivileges names the privileges on the schema's tables that the
+// sidecar's role lacks ("INSERT on queenside.partitions, ..."), "" when it
+// has them all: pushes, pops and acks read and write every one of them, so
+// a role without them serves nothing, however healthy the database is.
+func (s *Store) MissingPrivileges(ctx context.Context) (string, error) {
+	var missing *string
+	err := s.pool.QueryRow(ctx, `
+		SELECT string_agg(format('%s on %I.%I', p.priv, n.nspname, c.relname), ', ' ORDER BY c.relname, p.priv)
+		  FROM pg_class c
+		  JOIN pg_namespace n ON n.oid = c.relnamespace
+		 CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p(priv)
+		 WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT has_table_privilege(c.oid, p.priv)`,
+		schema.Name).Scan(&missing)
+	if err != nil || missing == nil {
+		return "", err
+	}
+	return *missing, nil
+}
+
 // Ping performs a real round trip and returns how long it took.
 func (s *Store) Ping(ctx context.Context) (time.Duration, error) {
 	start := time.Now()

@@ -13,6 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// IsPermissionDenied reports whether PostgreSQL refused a statement for a
+// privilege the role lacks (insufficient_privilege, 42501): no retry helps
+// until it is granted.
+func IsPermissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
 // IsUnavailable reports whether err means PostgreSQL could not be reached
 // (refused, reset, shut down, or silent past the database timeout), as
 // opposed to an error in what was asked. Only such failures may be retried

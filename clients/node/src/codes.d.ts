@@ -17,7 +17,8 @@ export type Code =
   | 'deadline_exceeded'
   | 'unauthorized'
   | 'internal'
-  | 'key_missing';
+  | 'key_missing'
+  | 'permission_denied';
 
 export interface CodeRow {
   readonly code: Code;

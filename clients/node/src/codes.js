@@ -19,6 +19,7 @@ export const CODES = Object.freeze([
   Object.freeze({ code: 'unauthorized', retryable: false, className: 'UnauthorizedError' }),
   Object.freeze({ code: 'internal', retryable: true, className: 'InternalError' }),
   Object.freeze({ code: 'key_missing', retryable: false, className: 'KeyMissingError' }),
+  Object.freeze({ code: 'permission_denied', retryable: false, className: 'PermissionDeniedError' }),
 ]);
 
 // The per-item codes of ack, renew and release, and what each means in words.

@@ -64,6 +64,7 @@ export const DeadlineExceededError = ERROR_CLASSES.deadline_exceeded;
 export const UnauthorizedError = ERROR_CLASSES.unauthorized;
 export const InternalError = ERROR_CLASSES.internal;
 export const KeyMissingError = ERROR_CLASSES.key_missing;
+export const PermissionDeniedError = ERROR_CLASSES.permission_denied;
 
 /**
  * The connection is gone (closed by close(), by the sidecar, or broken).

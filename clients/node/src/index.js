@@ -36,5 +36,6 @@ export {
   DeadlineExceededError,
   UnauthorizedError,
   KeyMissingError,
+  PermissionDeniedError,
   InternalError,
 } from './errors.js';

@@ -24,6 +24,7 @@ CODES: Tuple[Tuple[str, bool, str], ...] = (
     ("unauthorized", False, "UnauthorizedError"),
     ("internal", True, "InternalError"),
     ("key_missing", False, "KeyMissingError"),
+    ("permission_denied", False, "PermissionDeniedError"),
 )
 
 # The per-item codes of ack, renew and release, and what each means in words.

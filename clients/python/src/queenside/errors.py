@@ -124,6 +124,10 @@ class KeyMissingError(QueensideError):
     """A message of an encrypted queue needs a key this sidecar was not given."""
 
 
+class PermissionDeniedError(QueensideError):
+    """The sidecar's database role lacks a privilege the call needs; retrying cannot help until it is granted."""
+
+
 class ConnectionClosedError(QueensideError, ConnectionError):
     """The connection to the sidecar is gone (or could not be opened).
 
