@@ -98,6 +98,9 @@ type sidecarProcess struct {
 	log      lockedLog
 	exited   chan struct{}
 	exitErr  error
+	// token, when set, is sent as the bearer token of httpGet (an admin
+	// token given with --admin-token-file, for /debug/pprof).
+	token string
 }
 
 func (p *sidecarProcess) Write(b []byte) (int, error) { return p.log.Write(b) }
@@ -209,7 +212,14 @@ func (p *sidecarProcess) httpStatus(t *testing.T, path string) int {
 func (p *sidecarProcess) httpGet(t *testing.T, path string) string {
 	t.Helper()
 	cl := http.Client{Timeout: 5 * time.Second}
-	resp, err := cl.Get("http://" + p.httpAddr + path)
+	req, err := http.NewRequest("GET", "http://"+p.httpAddr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -277,7 +279,13 @@ func pushResults(t *testing.T, c *queenside.Client, items ...protocol.PushItem) 
 func TestRepeatedStallsLeakNothing(t *testing.T) {
 	pg := startPrivatePostgres(t)
 	const timeout = 500 * time.Millisecond
-	sc := launchSidecar(t, pg.url, t.TempDir(), "--database-timeout", timeout.String(), "--pprof")
+	// Profiling answers admin tokens only.
+	tokens := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokens, []byte(testAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc := launchSidecar(t, pg.url, t.TempDir(), "--database-timeout", timeout.String(), "--pprof", "--admin-token-file", tokens)
+	sc.token = testAdminToken
 	sc.waitReplayed(t)
 	c := dialClient(t, sc.socket)
 	hello, err := c.Hello(testContext(t), "test")
