@@ -108,6 +108,7 @@ func newMetrics(s *Server) *metrics {
 			gauge("queenside_spool_replaying", "1 while the spool is being replayed.", func() float64 { return boolFloat(b.Stats().Replaying) }),
 			counter("queenside_spool_replayed_total", "Spooled items stored by replay (queued or duplicate).", func() float64 { return float64(b.Stats().Replayed) }),
 			counter("queenside_spool_rejected_total", "Spooled items the database refused, kept in quarantine/.", func() float64 { return float64(b.Stats().Rejected) }),
+			counter("queenside_spool_damaged_total", "Stretches of spooled records found damaged on disk, each holding at least one record lost to the replay.", func() float64 { return float64(b.Stats().Damaged) }),
 			gauge("queenside_spool_quarantined_files", "Files moved to the spool's quarantine/ since start.", func() float64 { return float64(len(b.Stats().Quarantined)) }),
 		)
 	}

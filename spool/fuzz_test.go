@@ -32,9 +32,9 @@ func FuzzScanRecords(f *testing.F) {
 		if res.tornAt >= 0 && (res.tornAt < last || res.tornAt > size) {
 			t.Fatalf("torn tail at %d outside [%d, %d]", res.tornAt, last, size)
 		}
-		for _, off := range res.bad {
-			if off < headerSize || off >= size {
-				t.Fatalf("bad record at %d outside the file", off)
+		for _, b := range res.bad {
+			if b.from < headerSize || b.to <= b.from || b.to > size {
+				t.Fatalf("bad bytes [%d, %d) outside the file of %d", b.from, b.to, size)
 			}
 		}
 	})

@@ -46,6 +46,7 @@ func (s *Spool) recover() error {
 		}
 		s.recovery.TornTails = append(s.recovery.TornTails, rep.TornTails...)
 		s.recovery.Quarantined = append(s.recovery.Quarantined, rep.Quarantined...)
+		s.recovery.Damaged = append(s.recovery.Damaged, rep.Damaged...)
 		if st != nil {
 			s.addSealed(st)
 			s.recovery.Segments++

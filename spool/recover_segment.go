@@ -80,9 +80,19 @@ func (s *Spool) recoverSegment(seq uint64, origin string) (*segState, Recovery, 
 			return nil, rep, err
 		}
 		s.log.Error("segment does not verify; original moved to quarantine, every record that verifies kept",
-			"path", path, "origin", origin, "quarantined", q, "bad_offsets", res.bad,
+			"path", path, "origin", origin, "quarantined", q, "damaged", len(res.bad),
 			"records_kept", st.records)
 		rep.Quarantined = append(rep.Quarantined, q)
+		for _, b := range res.bad {
+			d := Damage{Quarantined: q, Offset: b.from, Bytes: b.to - b.from}
+			if n := min(b.to-b.from-recordHeaderSize, maxDamageData); n > 0 {
+				d.Data = make([]byte, n)
+				if _, err := f.ReadAt(d.Data, b.from+recordHeaderSize); err != nil {
+					d.Data = nil // the damage is reported all the same
+				}
+			}
+			rep.Damaged = append(rep.Damaged, d)
+		}
 		st.size, st.end, st.progress = headerSize+kept, headerSize+kept, headerSize
 	case res.tornAt >= 0: // 4.4
 		if err := s.cutTornTail(f, path, origin, res, size); err != nil {

@@ -8,10 +8,22 @@ import (
 // scanResult is what a scan of a segment's records found. README.md,
 // "Recovery on Open" step 4.2, gives the rules.
 type scanResult struct {
-	verified int     // records whose CRC holds
-	bad      []int64 // offsets of records that are bad; the segment does not verify
-	tornAt   int64   // where a torn tail starts, or -1 when there is none
-	tornZero bool    // every byte of the torn tail is zero
+	verified int    // records whose CRC holds
+	bad      []span // the bytes of records that are bad; the segment does not verify
+	tornAt   int64  // where a torn tail starts, or -1 when there is none
+	tornZero bool   // every byte of the torn tail is zero
+}
+
+// span is a range of a segment's bytes, from included, to excluded.
+type span struct{ from, to int64 }
+
+// damaged records bad bytes from off to the next record that verifies
+// (next), or to the end of the file (next < 0).
+func (r *scanResult) damaged(off, next, size int64) {
+	if next < 0 {
+		next = size
+	}
+	r.bad = append(r.bad, span{off, next})
 }
 
 // corrupt reports whether the segment does not verify and must be rescued.
@@ -48,7 +60,7 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 			if err != nil {
 				return res, err
 			}
-			res.bad = append(res.bad, off)
+			res.damaged(off, next, size)
 			if next < 0 {
 				return res, nil
 			}
@@ -67,7 +79,7 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 			if next < 0 {
 				return res, res.tear(f, off, size)
 			}
-			res.bad = append(res.bad, off)
+			res.damaged(off, next, size)
 			off = next
 			br.Reset(io.NewSectionReader(f, off, size-off))
 			continue
@@ -95,7 +107,7 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 			if err != nil {
 				return res, err
 			}
-			res.bad = append(res.bad, off)
+			res.damaged(off, next, size)
 			if next < 0 {
 				return res, nil
 			}

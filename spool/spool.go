@@ -40,7 +40,24 @@ type Recovery struct {
 	Records     int      // records not yet replayed in them
 	TornTails   []string // segments whose torn tail was cut off
 	Quarantined []string // where files that did not verify now are, in quarantine/
+	// Damaged are the stretches of damaged bytes that no record kept
+	// covers: each held at least one record, lost to the replay.
+	Damaged []Damage
 }
+
+// Damage is a stretch of a segment's bytes that does not verify.
+type Damage struct {
+	Quarantined string // the original segment, in quarantine/
+	Offset      int64  // where the damage starts in it
+	Bytes       int64
+	// Data is what follows the damaged record's header, up to
+	// maxDamageData bytes: its record's data, when only the header was
+	// damaged, for the caller to name what was lost.
+	Data []byte
+}
+
+// maxDamageData bounds Damage.Data.
+const maxDamageData = 1 << 20
 
 // Spool is a directory of segment files. All its methods are safe for
 // concurrent use.

@@ -56,6 +56,7 @@ type Buffer struct {
 	replaying atomic.Bool
 	replayed  atomic.Int64 // records stored by replay (queued or duplicate)
 	rejected  atomic.Int64 // records the database refused, moved to quarantine/
+	damaged   atomic.Int64 // stretches of spooled records found damaged on disk, lost to the replay
 
 	// passMu is held by a replay pass and by the counting of an adopted
 	// segment, so a segment is never replayed before its records are counted.
@@ -72,9 +73,12 @@ type Buffer struct {
 // Stats describes the buffer for health and metrics.
 type Stats struct {
 	spool.Stats
-	Replaying  bool
-	Replayed   int64
-	Rejected   int64
+	Replaying bool
+	Replayed  int64
+	Rejected  int64
+	// Damaged counts the stretches of damaged bytes found in the spool's
+	// segments, each holding at least one record lost to the replay.
+	Damaged    int64
 	DatabaseUp bool
 	// DownCause (protocol.SpoolCauseTimeout or SpoolCauseRefused) and DownError say why the
 	// database is taken for out of reach; empty while it is up.
@@ -89,6 +93,7 @@ func New(sp *spool.Spool, st Store, log hclog.Logger) (*Buffer, error) {
 	b := &Buffer{sp: sp, st: st, log: log, pending: newPending(), kick: make(chan struct{}, 1)}
 	rec := sp.Recovery()
 	b.quarantine = append(b.quarantine, rec.Quarantined...)
+	b.reportDamage(rec.Damaged)
 	for _, seg := range sp.Sealed() {
 		if err := b.count(seg); err != nil {
 			return nil, err
@@ -210,6 +215,7 @@ func (b *Buffer) Stats() Stats {
 		Replaying:   b.replaying.Load(),
 		Replayed:    b.replayed.Load(),
 		Rejected:    b.rejected.Load(),
+		Damaged:     b.damaged.Load(),
 		DatabaseUp:  !b.down.Load(),
 		Quarantined: append([]string(nil), b.quarantine...),
 	}
@@ -219,6 +225,9 @@ func (b *Buffer) Stats() Stats {
 	if len(b.quarantine) > 0 {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d spool file(s) did not verify and were moved to quarantine/: %v",
 			len(b.quarantine), b.quarantine))
+	}
+	if n := b.damaged.Load(); n > 0 {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%d stretch(es) of spooled records were damaged on disk and could not be replayed: the log names what was lost; the originals are in quarantine/", n))
 	}
 	if n := b.rejected.Load(); n > 0 {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d spooled record(s) were refused by the database and kept in quarantine/", n))
@@ -230,6 +239,22 @@ func (b *Buffer) Stats() Stats {
 		s.Warnings = append(s.Warnings, stale)
 	}
 	return s
+}
+
+// reportDamage logs each stretch of damaged records at ERROR, naming its
+// queue, partition and transaction id when only the record's header was
+// damaged and its data still reads, and counts it.
+func (b *Buffer) reportDamage(damaged []spool.Damage) {
+	for _, d := range damaged {
+		b.damaged.Add(1)
+		args := []any{"quarantined", d.Quarantined, "offset", d.Offset, "bytes", d.Bytes}
+		if m, err := decodeRecord(d.Data); err == nil {
+			args = append(args, "queue", m.Queue, "partition", m.Partition, "transaction_id", m.TransactionID)
+		} else {
+			args = append(args, "record", "unreadable")
+		}
+		b.log.Error("a spooled record was damaged on disk and is lost to the replay", args...)
+	}
 }
 
 func (b *Buffer) noteQuarantined(paths ...string) {

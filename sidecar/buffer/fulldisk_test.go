@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"strings"
@@ -128,5 +129,67 @@ func TestReplayOnAFullDiskStoresNothingTwice(t *testing.T) {
 	}
 	if st := b.Stats(); st.Records != 0 || len(st.Warnings) != 0 {
 		t.Fatalf("after the replay: %d records spooled, warnings %q", st.Records, st.Warnings)
+	}
+}
+
+// A record whose length was damaged on disk is lost to the replay, and
+// said so: counted, warned of, and logged at ERROR with its queue,
+// partition and transaction id, read from its data, which survived. The
+// records after it are kept.
+func TestDamagedRecordIsReportedByName(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := spool.Open(dir, spool.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(sp, &storedOnce{}, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		m := store.Message{Queue: "orders", Partition: "p7", Payload: []byte{0x01}, TransactionID: fmt.Sprintf("t%d", i), MessageID: uuid.Must(uuid.NewV7())}
+		if err := b.Add([]store.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sp.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	seg := sp.Sealed()[0]
+	var ends []int64
+	if err := sp.Read(seg, func(r spool.Record) error { ends = append(ends, r.End); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(seg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(file[ends[149]:], 0xFFFFFF) // record 150's length
+	if err := os.WriteFile(seg.Path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs strings.Builder
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	sp, err = spool.Open(dir, spool.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	b, err = New(sp, &storedOnce{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := b.Stats()
+	if st.Damaged != 1 || st.Records != 299 || !strings.Contains(strings.Join(st.Warnings, "; "), "damaged on disk") {
+		t.Fatalf("damaged %d, %d records kept, warnings %q", st.Damaged, st.Records, st.Warnings)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "[ERROR]") || !strings.Contains(out, "is lost to the replay") ||
+		!strings.Contains(out, "queue=orders") || !strings.Contains(out, "partition=p7") || !strings.Contains(out, "transaction_id=t150") {
+		t.Fatalf("the loss is not logged at ERROR by name:\n%s", out)
 	}
 }
