@@ -35,7 +35,7 @@ func watch(t *testing.T, s *Spool) <-chan Segment {
 	ctx, cancel := context.WithCancel(context.Background())
 	adopted := make(chan Segment, 16)
 	done := make(chan error, 1)
-	go func() { done <- s.WatchIncoming(ctx, func(seg Segment) { adopted <- seg }) }()
+	go func() { done <- s.WatchIncoming(ctx, func(seg Segment, _ Recovery) { adopted <- seg }) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, ErrClosed) {
@@ -193,6 +193,11 @@ func TestAdoptRescuesDamagedSegment(t *testing.T) {
 	}
 	if seg.Records != 4 || rep.Records != 4 || len(rep.Quarantined) != 1 {
 		t.Fatalf("Adopt = %+v, %+v", seg, rep)
+	}
+	// The damage is reported: record-1, its data as it now reads.
+	if len(rep.Damaged) != 1 || rep.Damaged[0].Quarantined != rep.Quarantined[0] || rep.Damaged[0].Offset != starts[1] ||
+		rep.Damaged[0].Bytes != recordHeaderSize+int64(len(five[1])) || !bytes.Equal(rep.Damaged[0].Data, b[starts[1]+recordHeaderSize:starts[2]]) {
+		t.Fatalf("Damaged = %+v, want record-1's stretch", rep.Damaged)
 	}
 	if !bytes.Equal(readFile(t, rep.Quarantined[0]), b) || !strings.Contains(rep.Quarantined[0], "podB") {
 		t.Fatalf("quarantined %s is not the damaged original", rep.Quarantined[0])

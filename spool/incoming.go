@@ -25,12 +25,13 @@ const (
 // WatchIncoming adopts every "*.seg" file in incoming/, the ones there now
 // and every one that appears, until ctx ends (then it returns nil) or the
 // spool is closed (ErrClosed). It calls adopted, if not nil, after each
-// adoption, from its own goroutine. Only names ending in ".seg" are taken,
+// adoption, from its own goroutine, with what the adoption's recovery
+// found (its damaged records, say). Only names ending in ".seg" are taken,
 // so an operator copies under another name and renames; a file modified
 // less than a second ago waits for a later scan. A file that is not a
 // segment at all is moved to quarantine/; one that fails for another
 // reason stays and is tried again at the next scan.
-func (s *Spool) WatchIncoming(ctx context.Context, adopted func(Segment)) error {
+func (s *Spool) WatchIncoming(ctx context.Context, adopted func(Segment, Recovery)) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
@@ -95,7 +96,7 @@ func (s *Spool) WatchIncoming(ctx context.Context, adopted func(Segment)) error 
 // adoptIncoming adopts the "*.seg" files of incoming/ in name order. It
 // returns how long until the next file still settling may be taken (0 when
 // none waits), and ErrClosed once the spool is closed.
-func (s *Spool) adoptIncoming(adopted func(Segment), failed map[string]string) (time.Duration, error) {
+func (s *Spool) adoptIncoming(adopted func(Segment, Recovery), failed map[string]string) (time.Duration, error) {
 	dir := s.incomingDir()
 	entries, err := s.fs.ReadDir(dir)
 	if err != nil {
@@ -119,7 +120,7 @@ func (s *Spool) adoptIncoming(adopted func(Segment), failed map[string]string) (
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		seg, _, err := s.Adopt(path)
+		seg, rep, err := s.Adopt(path)
 		switch {
 		case errors.Is(err, ErrClosed):
 			return 0, err
@@ -135,7 +136,7 @@ func (s *Spool) adoptIncoming(adopted func(Segment), failed map[string]string) (
 		default:
 			delete(failed, path)
 			if adopted != nil {
-				adopted(seg)
+				adopted(seg, rep)
 			}
 		}
 	}

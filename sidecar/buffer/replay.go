@@ -33,7 +33,9 @@ const (
 // until ctx ends. It also adopts segments dropped into incoming/.
 func (b *Buffer) Run(ctx context.Context, ready func() bool) {
 	go func() {
-		err := b.sp.WatchIncoming(ctx, func(seg spool.Segment) {
+		err := b.sp.WatchIncoming(ctx, func(seg spool.Segment, rep spool.Recovery) {
+			b.noteQuarantined(rep.Quarantined...)
+			b.reportDamage(rep.Damaged)
 			b.passMu.Lock()
 			err := b.count(seg)
 			b.passMu.Unlock()
