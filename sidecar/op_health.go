@@ -39,7 +39,14 @@ func (s *Server) Health(ctx context.Context) protocol.HealthResult {
 		h.Database = protocol.DatabaseHealth{OK: true, LatencyMs: ms(latency), Error: "schema not migrated yet"}
 	default:
 		h.Database = protocol.DatabaseHealth{OK: true, LatencyMs: ms(latency)}
-		if missing, err := s.store.MissingPrivileges(ctx); err == nil && missing != "" {
+		// Within the same bound as the ping: a database that stalls
+		// between the two is not healthy either.
+		missing, err := s.store.MissingPrivileges(ctx)
+		switch {
+		case ctx.Err() != nil:
+			h.Status = protocol.HealthUnavailable
+			h.Database = protocol.DatabaseHealth{Error: fmt.Sprintf("no answer within %v", healthTimeout)}
+		case err == nil && missing != "":
 			h.Status = protocol.HealthUnavailable
 			h.Database.OK = false
 			h.Database.Error = "the sidecar's database role lacks " + missing

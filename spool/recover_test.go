@@ -301,3 +301,19 @@ func TestBadRecordAndTornTail(t *testing.T) {
 		t.Fatalf("Stats.Bytes = %d, on disk %d", got, onDisk)
 	}
 }
+
+// resync finds a record after damage of any length, its header and data
+// on either side of a window's edge, and nothing in damage alone.
+func TestResyncAcrossWindows(t *testing.T) {
+	rec := appendRecord(nil, bytes.Repeat([]byte("r"), 100<<10), 42)
+	for _, n := range []int{0, 1, 1000, resyncWindow - 100<<10, resyncWindow - recordHeaderSize - 1,
+		resyncWindow - recordHeaderSize, resyncWindow - 5, resyncWindow, resyncWindow + 7, 2*resyncWindow + 3} {
+		b := append(bytes.Repeat([]byte{0xff}, n), rec...)
+		if got, err := resync(bytes.NewReader(b), 0, int64(len(b))); err != nil || got != int64(n) {
+			t.Errorf("after %d bytes of damage: %d, %v", n, got, err)
+		}
+		if got, err := resync(bytes.NewReader(b[:len(b)-1]), 0, int64(len(b)-1)); err != nil || got != -1 {
+			t.Errorf("after %d bytes of damage, the record cut short: %d, %v", n, got, err)
+		}
+	}
+}

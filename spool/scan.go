@@ -36,6 +36,24 @@ func (r scanResult) corrupt() bool { return len(r.bad) > 0 }
 func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader, data []byte) error) (scanResult, error) {
 	res := scanResult{tornAt: -1}
 	br := bufio.NewReaderSize(io.NewSectionReader(f, headerSize, size-headerSize), 1<<20)
+	// resume handles damage at off: the bytes up to the next record that
+	// verifies are bad, and the scan goes on there (ok). When no record
+	// verifies after it, the damage runs to the end of the file, or, with
+	// tornIfNone, is the torn tail of a crash's last write.
+	resume := func(off int64, tornIfNone bool) (next int64, ok bool, err error) {
+		if next, err = resync(f, off+1, size); err != nil {
+			return 0, false, err
+		}
+		if next < 0 && tornIfNone {
+			return 0, false, res.tear(f, off, size)
+		}
+		res.damaged(off, next, size)
+		if next < 0 {
+			return 0, false, nil
+		}
+		br.Reset(io.NewSectionReader(f, next, size-next))
+		return next, true, nil
+	}
 	var hb [recordHeaderSize]byte
 	var data []byte
 	for off := int64(headerSize); off < size; {
@@ -49,39 +67,28 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 		if !h.plausible() {
 			// No length to skip by. Zeros are space the file system
 			// allocated but a crash left unwritten; anything else is
-			// damage, past which the next record that verifies is looked
-			// for byte by byte.
+			// damage.
 			zero, err := allZero(f, off, size)
 			if err != nil || zero {
 				res.tornAt, res.tornZero = off, zero
 				return res, err
 			}
-			next, err := resync(f, off+1, size)
-			if err != nil {
+			next, ok, err := resume(off, false)
+			if !ok {
 				return res, err
 			}
-			res.damaged(off, next, size)
-			if next < 0 {
-				return res, nil
-			}
 			off = next
-			br.Reset(io.NewSectionReader(f, off, size-off))
 			continue
 		}
 		end := off + h.size()
 		if end > size {
 			// The last write of a crash, unless a record that verifies
 			// follows: then the length was damaged.
-			next, err := resync(f, off+1, size)
-			if err != nil {
+			next, ok, err := resume(off, true)
+			if !ok {
 				return res, err
 			}
-			if next < 0 {
-				return res, res.tear(f, off, size)
-			}
-			res.damaged(off, next, size)
 			off = next
-			br.Reset(io.NewSectionReader(f, off, size-off))
 			continue
 		}
 		if cap(data) < int(h.length) {
@@ -93,7 +100,8 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 		}
 		if !h.verifies(data) {
 			// The last write of a crash, if only zeros follow; otherwise
-			// damage in the middle, and the records after it may be intact.
+			// damage, and the length itself may be what was damaged: the
+			// next record is the next that verifies, not what it says.
 			zero, err := allZero(f, end, size)
 			if err != nil {
 				return res, err
@@ -101,18 +109,11 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 			if zero {
 				return res, res.tear(f, off, size)
 			}
-			// The length itself may be what was damaged: the next record
-			// is the next that verifies, not what the length says.
-			next, err := resync(f, off+1, size)
-			if err != nil {
+			next, ok, err := resume(off, false)
+			if !ok {
 				return res, err
 			}
-			res.damaged(off, next, size)
-			if next < 0 {
-				return res, nil
-			}
 			off = next
-			br.Reset(io.NewSectionReader(f, off, size-off))
 			continue
 		}
 		if err := fn(off, h, data); err != nil {
@@ -124,28 +125,46 @@ func scanRecords(f io.ReaderAt, size int64, fn func(start int64, h recordHeader,
 	return res, nil
 }
 
+// resyncWindow is how much of a damaged segment resync holds at once.
+const resyncWindow = 4 << 20
+
 // resync returns the first offset at or after from where a whole record
 // verifies, as a write-ahead log reader finds its footing after damage, or
 // -1 when none does. A record's CRC covers its length and time as well as
-// its data, so damage is not taken for a record. It reads the rest of the
-// file at once: a segment is tens of megabytes at most, and only a damaged
-// one is read this way.
+// its data, so damage is not taken for a record. It reads the file a window
+// at a time, and a candidate record that runs past the window on its own.
 func resync(f io.ReaderAt, from, size int64) (int64, error) {
-	if size-from < recordHeaderSize {
-		return -1, nil
-	}
-	rest := make([]byte, size-from)
-	if _, err := f.ReadAt(rest, from); err != nil {
-		return -1, err
-	}
-	for i := 0; i+recordHeaderSize <= len(rest); i++ {
-		h := parseRecordHeader(rest[i:])
-		if !h.plausible() || int64(i)+h.size() > int64(len(rest)) {
-			continue
+	window := make([]byte, resyncWindow)
+	var record []byte
+	for at := from; at+recordHeaderSize <= size; {
+		w := window[:min(int64(len(window)), size-at)]
+		if _, err := f.ReadAt(w, at); err != nil {
+			return -1, err
 		}
-		if h.verifies(rest[i+recordHeaderSize : int64(i)+h.size()]) {
-			return from + int64(i), nil
+		// Candidates whose header lies whole in this window; the next
+		// window starts at the first one that does not.
+		last := len(w) - recordHeaderSize
+		for i := 0; i <= last; i++ {
+			h := parseRecordHeader(w[i:])
+			start := at + int64(i)
+			if !h.plausible() || start+h.size() > size {
+				continue
+			}
+			body := w[min(i+recordHeaderSize, len(w)):min(int64(i)+h.size(), int64(len(w)))]
+			if int64(len(body)) < int64(h.length) {
+				if cap(record) < int(h.length) {
+					record = make([]byte, h.length)
+				}
+				body = record[:h.length]
+				if _, err := f.ReadAt(body, start+recordHeaderSize); err != nil {
+					return -1, err
+				}
+			}
+			if h.verifies(body) {
+				return start, nil
+			}
 		}
+		at += int64(last + 1)
 	}
 	return -1, nil
 }
