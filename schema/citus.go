@@ -13,7 +13,8 @@ import (
 // Where each table goes on Citus (SCALING.md, "Where each table goes"):
 // the tables every node reads whole, the ones spread over shards by
 // partition id (co-located with partitions), and, left as they are, the
-// coordinator's own (maintenance, schema_migrations, early_groups).
+// coordinator's own (maintenance, schema_migrations, early_groups,
+// spool_progress).
 var (
 	citusReference = []string{"queues", "groups", "partition_names"}
 	// CitusDistributed are the tables spread by partition id, partitions

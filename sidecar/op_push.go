@@ -192,12 +192,23 @@ func (s *Server) spool(ctx context.Context, msgs []store.Message, positions []in
 		}
 	case errors.Is(err, spool.ErrFull):
 		s.failAll(results, positions, protocol.Errorf(protocol.CodeSpoolFull,
-			"PostgreSQL is unreachable and the spool is at its byte limit: %v", err))
+			"%s, and the spool is at its byte limit: %v", whySpooled(cause), err))
 	default:
 		s.log.Error("spooling a push failed", "items", len(msgs), "error", err)
 		s.failAll(results, positions, protocol.Errorf(protocol.CodeUnavailable,
-			"PostgreSQL is unreachable and the spool could not store the items: %v", err))
+			"%s, and the spool could not store the items: %v", whySpooled(cause), err))
 	}
+}
+
+// whySpooled says, for an error, why items went to the spool.
+func whySpooled(cause string) string {
+	switch cause {
+	case protocol.SpoolCauseBehind:
+		return "earlier items of the partition wait in the spool, and the items must not overtake them"
+	case protocol.SpoolCauseMaintenance:
+		return "pushes are paused for maintenance"
+	}
+	return "PostgreSQL is unreachable"
 }
 
 // deduplicates tells whether queue deduplicates, as the last push through

@@ -177,7 +177,7 @@ func TestClosedSpool(t *testing.T) {
 		"Seal":         s.Seal(),
 		"Read":         s.Read(seg, func(Record) error { return nil }),
 		"MarkReplayed": s.MarkReplayed(seg, seg.Bytes),
-		"Retire":       s.Retire(seg),
+		"Retire":       s.Retire(seg, seg.Bytes),
 		"Close":        s.Close(),
 	}
 	_, quarantineErr := s.Quarantine("x", bytesOf("y"))

@@ -180,7 +180,7 @@ func TestMaxBytes(t *testing.T) {
 	if err := s.MarkReplayed(seg, seg.Bytes); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Retire(seg); err != nil {
+	if err := s.Retire(seg, seg.Bytes); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, "record-4")

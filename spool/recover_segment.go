@@ -75,7 +75,7 @@ func (s *Spool) recoverSegment(seq uint64, origin string) (*segState, Recovery, 
 
 	switch {
 	case res.corrupt(): // 4.5
-		q, kept, err := s.rescue(f, size, seq, hdr, progress, origin)
+		q, kept, err := s.rescue(f, size, seq, progress, origin)
 		if err != nil {
 			return nil, rep, err
 		}
@@ -146,14 +146,16 @@ func (s *Spool) cutTornTail(f File, path, origin string, res scanResult, size in
 // file that takes the segment's place, and the original goes, unchanged,
 // to quarantine/. It returns where the original is and the bytes of
 // records kept. The order of the steps is what step 3 relies on.
-func (s *Spool) rescue(f File, size int64, seq uint64, hdr []byte, progress int64, origin string) (string, int64, error) {
+func (s *Spool) rescue(f File, size int64, seq uint64, progress int64, origin string) (string, int64, error) {
 	segPath := filepath.Join(s.dir, segName(seq))
 	rescuePath := filepath.Join(s.dir, rescueName(seq))
 	var kept int64
 	var rec []byte
 	// 4.5.1 and 4.5.2: <seq>.rescue.tmp, fsynced, renamed to <seq>.rescue.
 	err := writeAtomicWith(s.fs, rescuePath, func(w io.Writer) error {
-		if _, err := w.Write(hdr); err != nil {
+		// A new header: the rescue's offsets are not the original's, so
+		// it must not share its identity (Identity).
+		if _, err := w.Write(encodeHeader(s.now())); err != nil {
 			return err
 		}
 		_, err := scanRecords(f, size, func(start int64, h recordHeader, data []byte) error {

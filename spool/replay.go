@@ -2,6 +2,7 @@ package spool
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"os"
@@ -127,6 +128,35 @@ func (s *Spool) MarkReplayed(seg Segment, end int64) error {
 	return nil
 }
 
+// Identity names seg wherever its file goes (adopted into another spool,
+// say, under another sequence): a digest of its header, which holds its
+// creation time, and of its first record's header, which holds that
+// record's CRC. A rescue (recovery step 4.5) stamps a new header, so the
+// identity of a segment whose offsets changed changes with them. The
+// owner records replay progress under it where the spool's disk cannot
+// fail it (queenside: in the database, with each replayed batch).
+func (s *Spool) Identity(seg Segment) ([16]byte, error) {
+	st, err := s.sealedState(seg.Seq)
+	if err != nil {
+		return [16]byte{}, err
+	}
+	name := filepath.Base(st.path)
+	f, err := s.fs.OpenFile(st.path, os.O_RDONLY, 0)
+	if err != nil {
+		return [16]byte{}, opErr("open", name, err)
+	}
+	defer f.Close()
+	b := make([]byte, headerSize+recordHeaderSize)
+	if st.end == headerSize {
+		b = b[:headerSize] // no record
+	}
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return [16]byte{}, opErr("read", name, err)
+	}
+	sum := sha256.Sum256(b)
+	return [16]byte(sum[:16]), nil
+}
+
 // countRecords walks the record headers from from to to and returns how
 // many records end there, and the append time of the record at to (zero
 // when to is limit). to must fall on a record boundary.
@@ -159,15 +189,18 @@ func countRecords(f File, name string, from, to, limit int64) (int, time.Time, e
 }
 
 // Retire deletes a sealed segment, and then its progress file, once every
-// record of it is marked replayed; it returns ErrNotReplayed before that.
-func (s *Spool) Retire(seg Segment) error {
+// record of it is in the database: marked replayed, or replayed up to
+// replayedTo at its last record's end by the caller's word (the caller
+// recorded that progress elsewhere, as when this disk had no room for the
+// progress file). It returns ErrNotReplayed before that.
+func (s *Spool) Retire(seg Segment, replayedTo int64) error {
 	s.adminMu.Lock()
 	defer s.adminMu.Unlock()
 	st, err := s.sealedState(seg.Seq)
 	if err != nil {
 		return err
 	}
-	if st.records > 0 {
+	if st.records > 0 && replayedTo < st.end {
 		return fmt.Errorf("%w: %s has %d records not marked replayed", ErrNotReplayed, filepath.Base(st.path), st.records)
 	}
 	// The segment goes first: a progress file left by a crash here is an
@@ -179,6 +212,7 @@ func (s *Spool) Retire(seg Segment) error {
 	s.mu.Lock()
 	delete(s.sealed, st.seq)
 	s.bytes -= st.size
+	s.records -= int64(st.records)
 	s.mu.Unlock()
 	return removeDurable(s.fs, filepath.Join(s.dir, progressName(st.seq)))
 }

@@ -121,20 +121,20 @@ func TestRetire(t *testing.T) {
 	segs := s.Sealed()
 	first := segs[0]
 
-	if err := s.Retire(first); !errors.Is(err, ErrNotReplayed) {
+	if err := s.Retire(first, 0); !errors.Is(err, ErrNotReplayed) {
 		t.Fatalf("Retire before replay = %v, want ErrNotReplayed", err)
 	}
 	if err := s.MarkReplayed(first, recs[0].End); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Retire(first); !errors.Is(err, ErrNotReplayed) {
+	if err := s.Retire(first, recs[0].End); !errors.Is(err, ErrNotReplayed) {
 		t.Fatalf("Retire half replayed = %v, want ErrNotReplayed", err)
 	}
 	if err := s.MarkReplayed(first, recs[1].End); err != nil {
 		t.Fatal(err)
 	}
 	before := s.Stats()
-	if err := s.Retire(first); err != nil {
+	if err := s.Retire(first, recs[1].End); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{first.Path, filepath.Join(dir, progressName(first.Seq))} {
@@ -154,11 +154,10 @@ func TestRetire(t *testing.T) {
 		t.Fatalf("Sealed = %+v", segs)
 	}
 
+	// Replayed to its end by the caller's word, with no progress file
+	// (the caller recorded it where a full disk cannot fail it).
 	second := s.Sealed()[0]
-	if err := s.MarkReplayed(second, recs[2].End); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Retire(second); err != nil {
+	if err := s.Retire(second, recs[2].End); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Stats(); st != (Stats{}) {
@@ -194,4 +193,62 @@ func TestQuarantineRecords(t *testing.T) {
 		t.Fatalf("adopted %+v", seg)
 	}
 	wantRecords(t, other, "bad-1", "bad-2")
+}
+
+// A segment's identity goes with its file: the same when another spool
+// adopts it under another sequence, another for another segment, and
+// another once a rescue has moved its records to other offsets.
+func TestIdentityFollowsTheFile(t *testing.T) {
+	src := open(t, t.TempDir(), Options{})
+	mustAppend(t, src, five...)
+	if err := src.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, src, "other")
+	if err := src.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	segs := src.Sealed()
+	first, err := src.Identity(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := src.Identity(segs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first == second {
+		t.Fatal("two segments share an identity")
+	}
+	b := readFile(t, segs[0].Path)
+
+	dst := open(t, t.TempDir(), Options{})
+	mustAppend(t, dst, "a record of its own")
+	if err := dst.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dst.dir, incomingDir, "podB.seg")
+	writeFile(t, in, b)
+	adopted, _, err := dst.Adopt(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adopted.Seq == segs[0].Seq {
+		t.Fatalf("adopted under its old sequence %d", adopted.Seq)
+	}
+	if id, err := dst.Identity(adopted); err != nil || id != first {
+		t.Fatalf("identity after adoption %x (%v), want %x", id, err, first)
+	}
+
+	starts, _ := recordStarts(five...)
+	b[starts[2]+recordHeaderSize+3] ^= 0x01
+	in = filepath.Join(dst.dir, incomingDir, "podC.seg")
+	writeFile(t, in, b)
+	rescued, rep, err := dst.Adopt(in)
+	if err != nil || len(rep.Quarantined) != 1 {
+		t.Fatalf("Adopt of a damaged copy: %+v, %v", rep, err)
+	}
+	if id, err := dst.Identity(rescued); err != nil || id == first {
+		t.Fatalf("a rescued segment keeps the identity %x of its original (%v)", id, err)
+	}
 }

@@ -6,11 +6,13 @@ package buffer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/queenside/queenside/protocol"
@@ -20,9 +22,13 @@ import (
 
 // Store is what the buffer needs of the database side.
 type Store interface {
-	// PushApart stores msgs in a transaction no live push joins
-	// (store.Store.PushApart).
-	PushApart(ctx context.Context, msgs []store.Message) ([]store.Outcome, error)
+	// PushReplay stores msgs in a transaction no live push joins, and
+	// records mark in it (store.Store.PushReplay).
+	PushReplay(ctx context.Context, msgs []store.Message, mark store.ReplayMark) ([]store.Outcome, error)
+	// ReplayedTo is the mark recorded for a segment, 0 if none.
+	ReplayedTo(ctx context.Context, segment uuid.UUID) (int64, error)
+	// ForgetReplayed removes a retired segment's mark.
+	ForgetReplayed(ctx context.Context, segment uuid.UUID) error
 	Ping(ctx context.Context) (time.Duration, error)
 	// DedupWindows is every queue's deduplication window.
 	DedupWindows(ctx context.Context) (map[string]time.Duration, error)
@@ -55,16 +61,16 @@ type Buffer struct {
 	downCause atomic.Pointer[downState]
 	replaying atomic.Bool
 	replayed  atomic.Int64 // records stored by replay (queued or duplicate)
+	skipped   atomic.Int64 // records an earlier replay stored that the spool had not noted
 	rejected  atomic.Int64 // records the database refused, moved to quarantine/
 	damaged   atomic.Int64 // stretches of spooled records found damaged on disk, lost to the replay
 
 	// passMu is held by a replay pass and by the counting of an adopted
 	// segment, so a segment is never replayed before its records are counted.
 	passMu sync.Mutex
-	// unmarked is the replay progress committed to the database that the
-	// spool could not record (its disk full): replay goes no further until
-	// it is recorded, or what follows would be replayed again after it.
-	unmarked atomic.Pointer[unmarkedProgress]
+	// diskError is the last write the spool's disk refused (full, say),
+	// nil once a write succeeds again.
+	diskError atomic.Pointer[string]
 
 	warnMu     sync.Mutex
 	quarantine []string // found at open or on adoption
@@ -75,7 +81,10 @@ type Stats struct {
 	spool.Stats
 	Replaying bool
 	Replayed  int64
-	Rejected  int64
+	// Skipped counts records an earlier replay stored that the spool had
+	// not noted (a crash or a full disk between): skipped, not stored again.
+	Skipped  int64
+	Rejected int64
 	// Damaged counts the stretches of damaged bytes found in the spool's
 	// segments, each holding at least one record lost to the replay.
 	Damaged    int64
@@ -189,8 +198,12 @@ func (b *Buffer) Add(msgs []store.Message) error {
 	b.pending.add(keys, 1)
 	if err := b.sp.Append(recs); err != nil {
 		b.pending.add(keys, -1)
+		if !errors.Is(err, spool.ErrFull) { // the byte limit, not the disk
+			b.diskRefused(err)
+		}
 		return err
 	}
+	b.diskAccepted()
 	b.wake()
 	return nil
 }
@@ -214,6 +227,7 @@ func (b *Buffer) Stats() Stats {
 		Stats:       b.sp.Stats(),
 		Replaying:   b.replaying.Load(),
 		Replayed:    b.replayed.Load(),
+		Skipped:     b.skipped.Load(),
 		Rejected:    b.rejected.Load(),
 		Damaged:     b.damaged.Load(),
 		DatabaseUp:  !b.down.Load(),
@@ -232,8 +246,9 @@ func (b *Buffer) Stats() Stats {
 	if n := b.rejected.Load(); n > 0 {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d spooled record(s) were refused by the database and kept in quarantine/", n))
 	}
-	if u := b.unmarked.Load(); u != nil {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("the spool's disk refuses its replay progress (%v): replay waits until it is recorded; the database is not the cause", u.err))
+	if e := b.diskError.Load(); e != nil {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("the spool's disk refuses writes (%s): pushes that must be spooled fail until it has room, "+
+			"and the replay goes on with its progress recorded in the database; PostgreSQL is not the cause", *e))
 	}
 	if stale := b.windows.exceeded(s.Oldest, b.pending.queues()); stale != "" {
 		s.Warnings = append(s.Warnings, stale)
@@ -254,6 +269,21 @@ func (b *Buffer) reportDamage(damaged []spool.Damage) {
 			args = append(args, "record", "unreadable")
 		}
 		b.log.Error("a spooled record was damaged on disk and is lost to the replay", args...)
+	}
+}
+
+// diskRefused notes that the spool's disk refused a write, logged once
+// until a write succeeds again (diskAccepted).
+func (b *Buffer) diskRefused(err error) {
+	msg := err.Error()
+	if b.diskError.Swap(&msg) == nil {
+		b.log.Error("the spool's disk refuses writes; the replay records its progress in the database meanwhile", "error", err)
+	}
+}
+
+func (b *Buffer) diskAccepted() {
+	if b.diskError.Swap(nil) != nil {
+		b.log.Info("the spool's disk takes writes again")
 	}
 }
 

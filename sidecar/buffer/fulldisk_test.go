@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -46,19 +47,47 @@ func (f *fullDiskFile) Write(p []byte) (int, error) {
 }
 
 // storedOnce is a database that answers, keeps what is pushed in order,
-// and deduplicates nothing, as a queue with dedupWindowSeconds 0.
+// and deduplicates nothing, as a queue with dedupWindowSeconds 0. It keeps
+// replay marks as the database does, in the push's transaction.
 type storedOnce struct {
 	mu     sync.Mutex
 	stored []string // transaction ids, in the order of the pushes
+	marks  map[uuid.UUID]int64
+	// loseAnswer, when it reaches the push it counts down to, has that
+	// push commit and its answer lost, as a connection that drops after
+	// COMMIT went out.
+	loseAnswer int
 }
 
-func (s *storedOnce) PushApart(_ context.Context, msgs []store.Message) ([]store.Outcome, error) {
+func (s *storedOnce) PushReplay(_ context.Context, msgs []store.Message, mark store.ReplayMark) ([]store.Outcome, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range msgs {
 		s.stored = append(s.stored, m.TransactionID)
 	}
+	if s.marks == nil {
+		s.marks = map[uuid.UUID]int64{}
+	}
+	s.marks[mark.Segment] = max(s.marks[mark.Segment], mark.End)
+	if s.loseAnswer > 0 {
+		if s.loseAnswer--; s.loseAnswer == 0 {
+			return nil, fmt.Errorf("push: %w", io.ErrUnexpectedEOF)
+		}
+	}
 	return make([]store.Outcome, len(msgs)), nil
+}
+
+func (s *storedOnce) ReplayedTo(_ context.Context, segment uuid.UUID) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.marks[segment], nil
+}
+
+func (s *storedOnce) ForgetReplayed(_ context.Context, segment uuid.UUID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.marks, segment)
+	return nil
 }
 
 func (s *storedOnce) Ping(context.Context) (time.Duration, error) { return 0, nil }
@@ -77,18 +106,19 @@ func (s *storedOnce) ids() []string {
 	return append([]string(nil), s.stored...)
 }
 
-// A replay whose progress the spool's disk refuses stops after the batch
-// it committed, stores nothing twice however often it is tried while the
-// disk stays full, says why without taking the database for down, and goes
-// on from that batch once the disk has room: every record stored once, in
-// order.
+// A replay on a full disk goes on: each batch records its progress in the
+// database, in its own transaction, where the disk cannot refuse it. A
+// batch whose answer is lost after it committed, and a crash that follows
+// before the spool could note anything, store nothing twice: the sidecar
+// started again skips what the database holds, and stores the rest once,
+// in order, with the disk still full. Health says the disk is the cause.
 func TestReplayOnAFullDiskStoresNothingTwice(t *testing.T) {
+	dir := t.TempDir()
 	disk := &fullDisk{FS: spool.OSFS}
-	sp, err := spool.Open(t.TempDir(), spool.Options{FS: disk})
+	sp, err := spool.Open(dir, spool.Options{FS: disk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sp.Close()
 	db := &storedOnce{}
 	b, err := New(sp, db, hclog.NewNullLogger())
 	if err != nil {
@@ -108,27 +138,47 @@ func TestReplayOnAFullDiskStoresNothingTwice(t *testing.T) {
 	}
 	ctx := context.Background()
 	disk.full.Store(true)
-	for try := range 5 {
-		if err := b.pass(ctx); err == nil || !strings.Contains(err.Error(), "no space left on device") {
-			t.Fatalf("pass %d on a full disk: %v", try, err)
-		}
+	if err := b.Add([]store.Message{{Queue: "q", Partition: "p", Payload: []byte{0x01}, TransactionID: "refused", MessageID: uuid.Must(uuid.NewV7())}}); err == nil {
+		t.Fatal("a push spooled on a full disk")
 	}
-	if got := db.ids(); len(got) != replayBatch {
-		t.Fatalf("%d records stored while the disk was full, want the one batch of %d before it stopped", len(got), replayBatch)
+	db.loseAnswer = 2
+	if err := b.pass(ctx); !store.IsUnavailable(err) {
+		t.Fatalf("pass whose second batch lost its answer: %v", err)
+	}
+	if got := db.ids(); len(got) != 2*replayBatch {
+		t.Fatalf("%d records stored before the answer was lost, want two batches of %d", len(got), replayBatch)
 	}
 	st := b.Stats()
-	if !st.DatabaseUp || !strings.Contains(strings.Join(st.Warnings, "; "), "the spool's disk refuses its replay progress") {
-		t.Fatalf("database up %v, warnings %q", st.DatabaseUp, st.Warnings)
+	if st.Records != total || !st.DatabaseUp || !strings.Contains(strings.Join(st.Warnings, "; "), "the spool's disk refuses writes") ||
+		!strings.Contains(strings.Join(st.Warnings, "; "), "PostgreSQL is not the cause") {
+		t.Fatalf("%d records spooled, database up %v, warnings %q", st.Records, st.DatabaseUp, st.Warnings)
 	}
-	disk.full.Store(false)
+
+	// The process dies; the disk is still full when it starts again.
+	if err := sp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sp, err = spool.Open(dir, spool.Options{FS: disk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	b, err = New(sp, db, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := b.pass(ctx); err != nil {
-		t.Fatalf("pass once the disk has room: %v", err)
+		t.Fatalf("pass after the restart, the disk full: %v", err)
 	}
 	if got := db.ids(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("stored %d records (%v...), want each of the %d once, in order", len(got), got[:min(len(got), 5)], total)
 	}
-	if st := b.Stats(); st.Records != 0 || len(st.Warnings) != 0 {
-		t.Fatalf("after the replay: %d records spooled, warnings %q", st.Records, st.Warnings)
+	st = b.Stats()
+	if st.Records != 0 || st.Skipped != 2*replayBatch || len(st.Warnings) != 0 {
+		t.Fatalf("after the replay: %d records spooled, %d skipped, warnings %q", st.Records, st.Skipped, st.Warnings)
+	}
+	if len(db.marks) != 0 {
+		t.Fatalf("marks of retired segments left in the database: %v", db.marks)
 	}
 }
 

@@ -2,11 +2,11 @@ package buffer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/queenside/queenside/sidecar/store"
@@ -76,9 +76,6 @@ func (b *Buffer) Run(ctx context.Context, ready func() bool) {
 			// in time: a lock held long, or a Citus worker that does not
 			// answer. Its partitions stay held; the next tick tries again.
 			b.log.Warn("a replayed batch was not committed in time; will retry", "error", err)
-		case errors.Is(err, errProgressUnrecorded):
-			// Logged by mark; the next tick tries again, the database
-			// taken for up all the while.
 		case store.IsUnavailable(err):
 			b.MarkDown(err)
 		default:
@@ -115,9 +112,6 @@ func (b *Buffer) pass(ctx context.Context) error {
 	}
 	b.passMu.Lock()
 	defer b.passMu.Unlock()
-	if err := b.markUnmarked(); err != nil {
-		return err
-	}
 	b.replaying.Store(true)
 	defer b.replaying.Store(false)
 	if err := b.sp.Seal(); err != nil {
@@ -128,46 +122,76 @@ func (b *Buffer) pass(ctx context.Context) error {
 		if err := b.replaySegment(ctx, seg); err != nil {
 			return err
 		}
-		if err := b.sp.Retire(seg); err != nil {
-			return fmt.Errorf("retire replayed spool segment: %w", err)
-		}
 	}
 	if n := b.replayed.Load() - before; n > 0 {
 		b.log.Info("replayed the spool", "records", n, "took", time.Since(start).Round(time.Millisecond))
 	}
+	if b.sp.Stats().Records == 0 {
+		// Nothing waits on the disk now; a push it refuses says so again.
+		b.diskAccepted()
+	}
 	return nil
 }
 
-// replaySegment pushes a segment's records in batches, marking progress
-// after each committed batch so a crash resumes after it.
+// replaySegment pushes a segment's records in batches, each recording in
+// its transaction how far the segment is stored (store.ReplayMark), and
+// retires the segment once all of it is. It first reads that record and
+// skips what it covers: the batches a crash or a full disk kept the spool
+// from noting as replayed.
 func (b *Buffer) replaySegment(ctx context.Context, seg spool.Segment) error {
-	var batch []store.Message
-	var raws [][]byte
-	var end int64
+	id, err := b.sp.Identity(seg)
+	if err != nil {
+		return err
+	}
+	segment := uuid.UUID(id)
+	pctx, cancel := b.st.Bound(ctx)
+	stored, err := b.st.ReplayedTo(pctx, segment)
+	cancel()
+	if err != nil {
+		return err
+	}
+	var (
+		batch   []store.Message
+		raws    [][]byte
+		ends    []int64
+		skipped []partitionKey
+		end     int64
+	)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := b.store(ctx, seg, batch, raws); err != nil {
+		if err := b.store(ctx, seg, segment, batch, raws, ends); err != nil {
 			return err
 		}
-		// Committed: whether or not the spool can record it, the batch is
-		// in the database and no longer holds its partitions.
 		keys := make([]partitionKey, len(batch))
 		for i, m := range batch {
 			keys[i] = partitionKey{m.Queue, m.Partition}
 		}
-		b.pending.add(keys, -1)
-		batch, raws = batch[:0], raws[:0]
-		return b.mark(seg, end)
+		b.settle(seg, keys, end)
+		batch, raws, ends = batch[:0], raws[:0], ends[:0]
+		return nil
 	}
-	err := b.sp.Read(seg, func(r spool.Record) error {
-		end = r.End
+	err = b.sp.Read(seg, func(r spool.Record) error {
 		m, err := decodeRecord(r.Data)
+		if r.End <= stored {
+			// In the database already. A record that does not decode
+			// was kept in quarantine/ then, and never counted.
+			if err == nil {
+				skipped = append(skipped, partitionKey{m.Queue, m.Partition})
+			}
+			end = r.End
+			return nil
+		}
+		if len(skipped) > 0 {
+			b.skip(seg, skipped, end)
+			skipped = nil
+		}
+		end = r.End
 		if err != nil {
 			return b.reject(seg, r.Data, err)
 		}
-		batch, raws = append(batch, m), append(raws, r.Data)
+		batch, raws, ends = append(batch, m), append(raws, r.Data), append(ends, r.End)
 		if len(batch) >= replayBatch {
 			return flush()
 		}
@@ -179,58 +203,51 @@ func (b *Buffer) replaySegment(ctx context.Context, seg spool.Segment) error {
 	if err := flush(); err != nil {
 		return err
 	}
-	if end > 0 {
-		return b.mark(seg, end)
+	if len(skipped) > 0 {
+		b.skip(seg, skipped, end)
+	}
+	if err := b.sp.Retire(seg, end); err != nil {
+		return fmt.Errorf("retire replayed spool segment: %w", err)
+	}
+	pctx, cancel = b.st.Bound(ctx)
+	defer cancel()
+	if err := b.st.ForgetReplayed(pctx, segment); err != nil {
+		// A mark left behind names a segment that is gone; a later
+		// retirement removes it once it is stale.
+		b.log.Debug("forgetting a retired segment's replay progress", "error", err)
 	}
 	return nil
 }
 
-// unmarkedProgress is how far a segment is replayed, committed to the
-// database and not yet recorded by the spool, and why.
-type unmarkedProgress struct {
-	seg spool.Segment
-	end int64
-	err error
+// skip settles records an earlier replay stored, which the spool did not
+// note (a crash, or its disk full, between the commit and the note).
+func (b *Buffer) skip(seg spool.Segment, keys []partitionKey, end int64) {
+	b.log.Info("skipping spooled records the database holds from an earlier replay",
+		"segment", filepath.Base(seg.Path), "records", len(keys))
+	b.skipped.Add(int64(len(keys)))
+	b.settle(seg, keys, end)
 }
 
-// errProgressUnrecorded is a pass stopped because the spool could not
-// record replay progress: the spool's disk, not the database.
-var errProgressUnrecorded = errors.New("spool replay progress not recorded")
-
-// mark records that seg is replayed up to end. If the spool cannot (its
-// disk is full, say), the progress is kept here and the pass stops: every
-// pass first records it (markUnmarked) and replays nothing until it is,
-// so that no record is stored twice while the disk refuses writes.
-func (b *Buffer) mark(seg spool.Segment, end int64) error {
+// settle counts keys, the partitions of records now in the database, as no
+// longer waiting, and notes on the spool's disk that seg is replayed up to
+// end. If the disk refuses (it is full), the database's own record of the
+// progress stands in for the note: the replay goes on, said in a warning.
+func (b *Buffer) settle(seg spool.Segment, keys []partitionKey, end int64) {
+	b.pending.add(keys, -1)
 	if err := b.sp.MarkReplayed(seg, end); err != nil {
-		b.unmarked.Store(&unmarkedProgress{seg: seg, end: end, err: err})
-		b.log.Error("the spool cannot record its replay progress; replay waits until it can, so that nothing is stored twice",
-			"segment", filepath.Base(seg.Path), "error", err)
-		return fmt.Errorf("%w: %w", errProgressUnrecorded, err)
+		b.diskRefused(err)
+		return
 	}
-	return nil
+	b.diskAccepted()
 }
 
-// markUnmarked records the progress mark could not, if any.
-func (b *Buffer) markUnmarked() error {
-	u := b.unmarked.Load()
-	if u == nil {
-		return nil
-	}
-	if err := b.sp.MarkReplayed(u.seg, u.end); err != nil {
-		return fmt.Errorf("%w: %w", errProgressUnrecorded, err)
-	}
-	b.unmarked.Store(nil)
-	b.log.Info("the spool recorded its replay progress again; replay goes on", "segment", filepath.Base(u.seg.Path))
-	return nil
-}
-
-// store pushes one batch. A record already stored (its first attempt
-// committed, or a replay before a crash did) comes back a duplicate, which
-// counts as done. If the database refuses the batch for what is in it, the
-// records are tried one by one, and the ones it refuses are kept in
-// quarantine/ rather than replayed forever.
-func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Message, raws [][]byte) (err error) {
+// store pushes one batch, ends being the End of each of its records. A
+// record already stored (its first attempt committed before an outage)
+// comes back a duplicate in a queue that deduplicates, which counts as
+// done. If the database refuses the batch for what is in it, the records
+// are tried one by one, and the ones it refuses are kept in quarantine/
+// rather than replayed forever.
+func (b *Buffer) store(ctx context.Context, seg spool.Segment, segment uuid.UUID, batch []store.Message, raws [][]byte, ends []int64) (err error) {
 	if telemetry.Enabled() {
 		// The records keep the headers they were pushed with, so the
 		// replay span can link to the traces that pushed them.
@@ -243,7 +260,7 @@ func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Mes
 		defer func() { telemetry.End(span, err) }()
 	}
 	pctx, cancel := b.st.Bound(ctx)
-	_, err = b.st.PushApart(pctx, batch)
+	_, err = b.st.PushReplay(pctx, batch, store.ReplayMark{Segment: segment, End: ends[len(ends)-1]})
 	cancel()
 	if err == nil {
 		b.replayed.Add(int64(len(batch)))
@@ -254,7 +271,7 @@ func (b *Buffer) store(ctx context.Context, seg spool.Segment, batch []store.Mes
 	}
 	for i := range batch {
 		pctx, cancel := b.st.Bound(ctx)
-		_, err := b.st.PushApart(pctx, batch[i:i+1])
+		_, err := b.st.PushReplay(pctx, batch[i:i+1], store.ReplayMark{Segment: segment, End: ends[i]})
 		cancel()
 		switch {
 		case err == nil:

@@ -122,16 +122,16 @@ func (s *Store) admitPush(ctx context.Context, msgs []Message) ([]string, error)
 	return workers, nil
 }
 
-// PushApart stores msgs as Push does, in a transaction of their own that
-// no other request joins. The spool's replay pushes this way: its batch is
-// made again and again while a database is suspect, and fused with live
-// pushes it would take them down with it. On Citus a stalled worker fails
-// every transaction that touches it, and a live push to a partition on
-// another worker must not share one with the replay of a partition on
-// the stalled worker.
-func (s *Store) PushApart(ctx context.Context, msgs []Message) ([]Outcome, error) {
+// PushReplay stores msgs as Push does, in a transaction of their own that
+// no other request joins, and records mark in it (see ReplayMark). The
+// spool's replay pushes this way: its batch is made again and again while
+// a database is suspect, and fused with live pushes it would take them
+// down with it. On Citus a stalled worker fails every transaction that
+// touches it, and a live push to a partition on another worker must not
+// share one with the replay of a partition on the stalled worker.
+func (s *Store) PushReplay(ctx context.Context, msgs []Message, mark ReplayMark) ([]Outcome, error) {
 	span := pushSpan([]*pushJob{{ctx: ctx, msgs: msgs}}, len(msgs))
-	out, err := s.pushTx(ctx, msgs)
+	out, err := s.pushTx(ctx, msgs, &mark)
 	telemetry.End(span, err)
 	if s.routed() {
 		// The replay is never refused for a hung worker: trying it again
@@ -208,7 +208,7 @@ func (s *Store) commitFused(ctx context.Context, jobs []*pushJob) error {
 		all = append(all, j.msgs...)
 	}
 	span := pushSpan(jobs, len(all))
-	out, err := s.pushTx(ctx, all)
+	out, err := s.pushTx(ctx, all, nil)
 	telemetry.End(span, err)
 	if err != nil {
 		return TimedOut(ctx, err)
@@ -223,7 +223,7 @@ func (s *Store) commitFused(ctx context.Context, jobs []*pushJob) error {
 // pushAlone runs one request's push in a transaction of its own.
 func (s *Store) pushAlone(j *pushJob) pushResult {
 	span := pushSpan([]*pushJob{j}, len(j.msgs))
-	out, err := s.pushTx(j.ctx, j.msgs)
+	out, err := s.pushTx(j.ctx, j.msgs, nil)
 	telemetry.End(span, err)
 	return pushResult{out, err}
 }

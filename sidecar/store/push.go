@@ -44,15 +44,16 @@ func TransactionHash(transactionID string) uuid.UUID {
 const pushSQL = `SELECT committed_at, bases, dedup_on, dup_positions, dup_offsets, dup_message_ids, dup_committed_at
 FROM queenside.push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
-// pushTx stores msgs in one PostgreSQL transaction, one statement, and
-// returns an outcome per message in order. Either every message is decided
-// or, on error, none is stored.
-func (s *Store) pushTx(ctx context.Context, msgs []Message) (out []Outcome, err error) {
+// pushTx stores msgs in one PostgreSQL transaction, one statement unless
+// mark is given, and returns an outcome per message in order. Either every
+// message is decided or, on error, none is stored. A mark is recorded in
+// the same transaction (PushReplay).
+func (s *Store) pushTx(ctx context.Context, msgs []Message, mark *ReplayMark) (out []Outcome, err error) {
 	err = againIfAborted(ctx, func() error {
-		out, err = s.push(ctx, msgs)
+		out, err = s.push(ctx, msgs, mark)
 		if isNoData(err) { // a cached partition is gone
 			s.parts.reset()
-			out, err = s.push(ctx, msgs)
+			out, err = s.push(ctx, msgs, mark)
 		}
 		return err
 	})
@@ -63,19 +64,22 @@ func (s *Store) pushTx(ctx context.Context, msgs []Message) (out []Outcome, err 
 }
 
 // push stores msgs: in one statement, its own transaction, when they lie
-// on one shard (always, on one PostgreSQL); otherwise by a call a shard in
-// one transaction.
-func (s *Store) push(ctx context.Context, msgs []Message) ([]Outcome, error) {
+// on one shard (always, on one PostgreSQL) and there is no mark;
+// otherwise by a call a shard, and the mark, in one transaction.
+func (s *Store) push(ctx context.Context, msgs []Message, mark *ReplayMark) ([]Outcome, error) {
 	ids, shards, err := s.pushShards(ctx, msgs)
 	if err != nil {
 		return nil, err
 	}
-	if len(shards) == 1 {
+	if len(shards) == 1 && mark == nil {
 		return s.pushThrough(ctx, s.pool, msgs, ids, shards)
 	}
 	var out []Outcome
 	err = s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) (err error) {
 		out, err = s.pushThrough(ctx, tx, msgs, ids, shards)
+		if err == nil && mark != nil {
+			_, err = tx.Exec(ctx, markReplaySQL, mark.Segment, mark.End)
+		}
 		return err
 	})
 	if err != nil {
