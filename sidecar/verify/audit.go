@@ -61,10 +61,14 @@ type AuditStats struct {
 	StoredOffsets      int64 `json:"storedOffsets"` // distinct offsets delivered
 	Duplicates         int64 `json:"duplicates"`
 	Gaps               int64 `json:"gaps"`
-	OrderViolations    int64 `json:"orderViolations"`
-	Mismatches         int64 `json:"mismatches"`
-	Corrupt            int64 `json:"corrupt"`
-	Unknown            int64 `json:"unknownEvents"`
+	// ReportedLost counts the sequence numbers that never arrived because
+	// a damaged spool record lost them here or in an earlier queue, each
+	// reported by its sidecar by name (LostEvent): not gaps.
+	ReportedLost    int64 `json:"reportedLost,omitempty"`
+	OrderViolations int64 `json:"orderViolations"`
+	Mismatches      int64 `json:"mismatches"`
+	Corrupt         int64 `json:"corrupt"`
+	Unknown         int64 `json:"unknownEvents"`
 	// Unflagged counts redeliveries the sidecar did not mark redelivered.
 	Unflagged int64 `json:"unflaggedRedeliveries"`
 }
@@ -240,8 +244,11 @@ func (a *auditor) missedRedelivery(p int, offsets []int64) []int64 {
 
 // finish counts the gaps, once the run has drained, against the total of
 // events the loader pushed, and, given the queue's head offsets (nil when
-// unknown), the stored messages never delivered.
-func (a *auditor) finish(heads map[string]int64, total int64) AuditStats {
+// unknown), the stored messages never delivered. An event a sidecar
+// reported lost in this queue or an earlier one (the stages carry an
+// event's sequence number and partition from queue to queue) is counted
+// as reported, not as a gap.
+func (a *auditor) finish(heads map[string]int64, total int64, lost []LostEvent) AuditStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.stats.Events = max(total, a.total)
@@ -251,6 +258,10 @@ func (a *auditor) finish(heads map[string]int64, total int64) AuditStats {
 		var missing []int64
 		for seq, off := range pa.offsetOf {
 			if off == notDelivered {
+				if reportedLost(lost, a.queue, partitionName(p), int64(seq)) {
+					a.stats.ReportedLost++
+					continue
+				}
 				missing = append(missing, int64(seq))
 			}
 		}
@@ -278,4 +289,13 @@ func (a *auditor) snapshot() AuditStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.stats
+}
+
+func reportedLost(lost []LostEvent, queue int, partition string, seq int64) bool {
+	for _, e := range lost {
+		if e.Queue <= queue && e.Partition == partition && e.Seq == seq {
+			return true
+		}
+	}
+	return false
 }

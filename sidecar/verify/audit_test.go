@@ -1,6 +1,9 @@
 package verify
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	queenside "github.com/queenside/queenside/clients/go"
@@ -70,7 +73,7 @@ func TestAuditDefinitions(t *testing.T) {
 				seen[d.off] = true
 				a.deliver(m)
 			}
-			got := a.finish(map[string]int64{"p0": int64(len(a.parts[0].seqAt))}, tc.total)
+			got := a.finish(map[string]int64{"p0": int64(len(a.parts[0].seqAt))}, tc.total, nil)
 			tc.want.Events = tc.total
 			if got != tc.want {
 				t.Errorf("stats\n got %+v\nwant %+v", got, tc.want)
@@ -117,7 +120,7 @@ func TestAuditUndelivered(t *testing.T) {
 	a := newAuditor(1, "checker", 2, 1, vl)
 	a.deliver(message(t, 1, 0, 0, 0))
 	a.deliver(message(t, 1, 0, 1, 1))
-	a.finish(map[string]int64{"p0": 4}, 2)
+	a.finish(map[string]int64{"p0": 4}, 2, nil)
 	kept, counts := vl.snapshot()
 	if counts[ViolationUndelivered] != 1 || len(kept[0].Offsets) != 2 || kept[0].Offsets[0] != 2 {
 		t.Errorf("violations %v", kept)
@@ -194,8 +197,48 @@ func TestAuditPastDuration(t *testing.T) {
 		a.deliver(message(t, 1, 0, seq, seq))
 	}
 	pushed = 6
-	s := a.finish(nil, pushed)
+	s := a.finish(nil, pushed, nil)
 	if s.Verified != 3 || s.Unknown != 1 || s.Events != 6 || s.Gaps != 3 {
 		t.Errorf("stats %+v, want 3 verified, 1 unknown (4 had not been pushed), 6 events, gaps 3, 4, 5", s)
+	}
+}
+
+// TestAuditReportedLoss: an event a sidecar reported lost in this queue or
+// an earlier one is counted as reported, not as a gap; one reported in a
+// later queue, or in another partition, is still a gap.
+func TestAuditReportedLoss(t *testing.T) {
+	vl := newViolationLog()
+	a := newAuditor(2, "stage 2", 4, 1, vl)
+	a.deliver(message(t, 2, 0, 0, 0))
+	a.deliver(message(t, 2, 0, 2, 1))
+	lost := []LostEvent{{Queue: 1, Partition: "p0", Seq: 1}, {Queue: 3, Partition: "p0", Seq: 3}, {Queue: 1, Partition: "p1", Seq: 3}}
+	s := a.finish(nil, 4, lost)
+	if s.ReportedLost != 1 || s.Gaps != 1 {
+		t.Errorf("stats %+v, want seq 1 reported lost (in queue 1) and seq 3 a gap", s)
+	}
+	kept, counts := vl.snapshot()
+	if counts[ViolationGap] != 1 || len(kept[0].Seqs) != 1 || kept[0].Seqs[0] != 3 {
+		t.Errorf("violations %v", kept)
+	}
+}
+
+// TestReportedLosses reads the losses a sidecar logs for a damaged spool
+// record, once each, and nothing from other lines.
+func TestReportedLosses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sidecar.log")
+	log := `2026-12-07T21:00:00.000Z [WARN]  spool: torn tail cut off segment: path=/x/1.seg bytes=12
+2026-12-07T21:00:01.000Z [ERROR] a spooled record was damaged on disk and is lost to the replay: quarantined=/x/q/1.seg offset=400 bytes=60 queue=verify-20261207T2100-ab12-q2 partition=p17 transaction_id=q2.5
+2026-12-07T21:00:01.000Z [ERROR] a spooled record was damaged on disk and is lost to the replay: quarantined=/x/q/1.seg offset=400 bytes=60 queue=verify-20261207T2100-ab12-q2 partition=p17 transaction_id=q2.5
+2026-12-07T21:00:01.000Z [ERROR] a spooled record was damaged on disk and is lost to the replay: quarantined=/x/q/1.seg offset=900 bytes=60 record=unreadable
+`
+	if err := os.WriteFile(path, []byte("earlier incarnation\n"+log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := reportedLosses(path, int64(len("earlier incarnation\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []LostEvent{{Queue: 2, Partition: "p17", Seq: 5}}; !slices.Equal(lost, want) {
+		t.Fatalf("reportedLosses = %v, want %v", lost, want)
 	}
 }

@@ -10,9 +10,10 @@ import (
 // the gaps and undelivered messages of every queue, what became of the
 // messages the consumer faults abandoned, and what is left in the spools.
 func (r *run) finalChecks(s pipelineState, drained bool) []AuditStats {
+	lost := r.inj.reportedLost()
 	stats := make([]AuditStats, len(r.groups))
 	for i, g := range r.groups {
-		stats[i] = g.audit.finish(s.heads[i], r.loader.events())
+		stats[i] = g.audit.finish(s.heads[i], r.loader.events(), lost)
 	}
 	for _, f := range r.inj.snapshot() {
 		r.checkOrder(f)

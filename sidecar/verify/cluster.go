@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,11 +33,16 @@ type cluster struct {
 	dbURL   string             // over the Unix sockets: the verifier's own connections, and the sidecars' without net
 	// net carries the sidecars' connections when the run has partition
 	// faults; netSkip says why there is none though the run has them.
-	net      *sidecarNet
-	netSkip  string
-	sidecars []*sidecar
-	version  string
-	pgDown   atomic.Bool // PostgreSQL is stopped on purpose
+	net     *sidecarNet
+	netSkip string
+	// volumes are the small filesystems (tmpfs) holding each sidecar's
+	// spool when the run has spool-disk-full faults; volumeSkip says why
+	// there are none though the run has them.
+	volumes    []string
+	volumeSkip string
+	sidecars   []*sidecar
+	version    string
+	pgDown     atomic.Bool // PostgreSQL is stopped on purpose
 }
 
 // startCluster starts PostgreSQL, or Citus, with its durable defaults and
@@ -68,10 +74,16 @@ func startCluster(ctx context.Context, cfg Config, log hclog.Logger) (c *cluster
 	if err != nil {
 		return c, err
 	}
+	if err = c.makeVolumes(cfg); err != nil {
+		return c, err
+	}
 	for i := range cfg.Sidecars {
 		s, err := newSidecar(i, cfg.SidecarBinary, c.sidecarURL(i), c.tmp, cfg.DatabaseTimeout)
 		if err != nil {
 			return c, err
+		}
+		if c.volumes != nil {
+			s.spoolDir = filepath.Join(c.volumes[i], "spool")
 		}
 		c.sidecars = append(c.sidecars, s)
 		// One at a time: the first applies the migrations.
@@ -237,6 +249,13 @@ func (c *cluster) close(keep bool) error {
 	}
 	// The servers in the namespace have stopped: nothing holds it now.
 	errs = append(errs, c.net.close())
+	if keep {
+		if len(c.volumes) > 0 {
+			c.log.Info("the spool volumes stay mounted; unmount them when done", "volumes", c.volumes)
+		}
+	} else {
+		errs = append(errs, c.unmountVolumes())
+	}
 	if keep || errors.Join(errs...) != nil {
 		return errors.Join(errs...)
 	}
@@ -285,4 +304,42 @@ func multiHostURL(database string, servers ...*pgserver.Server) string {
 		hosts[i] = s.SocketDir()
 	}
 	return hostsURL(database, servers[0].Port(), hosts)
+}
+
+// volumeBytes is the size of each spool volume: far more than a sidecar
+// spools in an outage of the run, so that only the fault fills it.
+const volumeBytes = 64 << 20
+
+// makeVolumes mounts a tmpfs of volumeBytes for each sidecar's spool when
+// the run has spool-disk-full faults. Where it cannot (without root), the
+// run goes on with the spools in the temporary directory, and volumeSkip
+// says why: those faults are skipped, not failed.
+func (c *cluster) makeVolumes(cfg Config) error {
+	full, err := cfg.schedules(FaultSpoolDiskFull)
+	if err != nil || !full {
+		return err
+	}
+	for i := range cfg.Sidecars {
+		dir := filepath.Join(c.tmp, "sidecar"+strconv.Itoa(i)+"-volume")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return err
+		}
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(volumeBytes)+",mode=0700"); err != nil {
+			c.volumeSkip = "a small filesystem for the spool cannot be mounted here: " + err.Error()
+			return c.unmountVolumes()
+		}
+		c.volumes = append(c.volumes, dir)
+	}
+	return nil
+}
+
+func (c *cluster) unmountVolumes() error {
+	var errs []error
+	for _, dir := range c.volumes {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", dir, err))
+		}
+	}
+	c.volumes = nil
+	return errors.Join(errs...)
 }

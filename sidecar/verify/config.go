@@ -52,6 +52,8 @@ type Config struct {
 	NetworkPartitions int    `json:"network-partitions"`
 	WorkerRestarts    int    `json:"worker-restarts"`
 	WorkerStalls      int    `json:"worker-stalls"`
+	SpoolDiskFulls    int    `json:"spool-disk-fulls"`
+	SpoolDamages      int    `json:"spool-damages"`
 	ConsumerKills     int    `json:"consumer-kills"`
 	LeaseExpiries     int    `json:"lease-expiries"`
 	Faults            string `json:"faults"`
@@ -122,6 +124,8 @@ func DefaultConfig() Config {
 		PostgresStalls:    2,
 		PGFailovers:       2,
 		NetworkPartitions: 2,
+		SpoolDiskFulls:    1,
+		SpoolDamages:      1,
 		ConsumerKills:     2,
 		LeaseExpiries:     2,
 		PGDown:            10 * time.Second,

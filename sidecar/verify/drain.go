@@ -21,18 +21,31 @@ type pipelineState struct {
 	down     []string           // sidecars not running
 }
 
-// drained reports whether every event reached the checker, nothing is left
-// in any queue or spool, and every consumer fault has been carried out.
+// drained reports whether every event reached the checker (but those a
+// sidecar reported lost on the way), nothing is left in any queue or
+// spool, and every consumer fault has been carried out.
 func (r *run) drained(s pipelineState) bool {
 	if len(s.down) > 0 || s.spooled > 0 || !r.inj.ordersDone() {
 		return false
 	}
-	for i := range r.groups {
-		if s.verified[i] < r.loader.events() || s.lag[i] > 0 {
+	lost := r.inj.reportedLost()
+	for i, g := range r.groups {
+		if s.verified[i]+lostBy(lost, g.queue) < r.loader.events() || s.lag[i] > 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// lostBy counts the events reported lost in queue or an earlier one.
+func lostBy(lost []LostEvent, queue int) int64 {
+	var n int64
+	for _, e := range lost {
+		if e.Queue <= queue {
+			n++
+		}
+	}
+	return n
 }
 
 func (s pipelineState) String() string {

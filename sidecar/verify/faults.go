@@ -47,6 +47,9 @@ type FaultRecord struct {
 	// thaw for a stall, from the cut for a partition.
 	LocksFree *float64 `json:"locksFreeSeconds,omitempty"`
 	LockProbe string   `json:"lockProbe,omitempty"`
+	// ReportedLost are the events a spool-damage fault cost, as the
+	// sidecar reported them by name: the only gaps a run forgives.
+	ReportedLost []LostEvent `json:"reportedLost,omitempty"`
 
 	order  *order
 	pushes *pushWindow // open from the start until the sidecars recovered
@@ -129,6 +132,9 @@ func (in *injector) skipReason(k FaultKind) string {
 	if k == FaultPartition && in.cl.net == nil {
 		return in.cl.netSkip
 	}
+	if k == FaultSpoolDiskFull && in.cl.volumes == nil {
+		return in.cl.volumeSkip
+	}
 	return ""
 }
 
@@ -170,6 +176,10 @@ func (in *injector) inject(ctx context.Context, r *FaultRecord) error {
 		return in.restartWorker(ctx, r)
 	case FaultWorkerStall:
 		return in.stallWorker(ctx, r)
+	case FaultSpoolDiskFull:
+		return in.fillSpoolDisk(ctx, r)
+	case FaultSpoolDamage:
+		return in.damageSpool(ctx, r)
 	case FaultConsumerKill, FaultLeaseExpiry:
 		return in.orderConsumer(ctx, r)
 	}
@@ -247,4 +257,13 @@ func (in *injector) ordersDone() bool {
 		}
 	}
 	return true
+}
+
+// reportedLost is every event the faults so far reported lost.
+func (in *injector) reportedLost() []LostEvent {
+	var lost []LostEvent
+	for _, f := range in.snapshot() {
+		lost = append(lost, f.ReportedLost...)
+	}
+	return lost
 }

@@ -7,6 +7,9 @@ import (
 
 // fill puts the run's figures into the report.
 func (r *run) fill(rep *Report, stats []AuditStats, s pipelineState) {
+	for _, f := range r.inj.snapshot() {
+		rep.ReportedLost += int64(len(f.ReportedLost))
+	}
 	for i, g := range r.groups {
 		counts, samples := g.stats.snapshot()
 		rep.Queues = append(rep.Queues, QueueReport{Queue: g.queue, Name: g.queueName, Consumer: g.label,

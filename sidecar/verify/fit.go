@@ -21,6 +21,7 @@ const (
 	stallRecoveryCost  = 10 * time.Second // after --pg-down: no crash recovery, every spool's replay; 1 to 2 s measured
 	partitionCost      = 10 * time.Second // after --pg-down: the sidecar's connections found dead and made again, its spool replayed; under 1 s measured
 	workerStallCost    = 20 * time.Second // after --pg-down: no crash recovery, the replay of the partitions on the worker's shards; 1 s measured in a short run
+	spoolDiskCost      = 40 * time.Second // after --pg-down: crash recovery, a sidecar killed and started on the full volume, every spool's replay
 	orderTakeCost      = 3 * time.Second  // a consumer fault: the next pop that returns messages
 	refusedCommit      = time.Second      // a lease-expiry's late commit, refused
 )
@@ -46,6 +47,8 @@ func (c Config) faultCost(k FaultKind) time.Duration {
 		return c.PGDown + partitionCost
 	case FaultWorkerStall:
 		return c.PGDown + workerStallCost
+	case FaultSpoolDiskFull, FaultSpoolDamage:
+		return c.PGDown + spoolDiskCost
 	case FaultConsumerKill:
 		return orderTakeCost + lease // its leases lapse before its messages come again
 	case FaultLeaseExpiry:
@@ -75,6 +78,7 @@ var countFlags = map[FaultKind]string{
 	FaultSidecarKill: "sidecar-kills", FaultSidecarTerm: "sidecar-terms", FaultPGRestart: "pg-restarts",
 	FaultPostgresStall: "postgres-stalls", FaultPGFailover: "pg-failovers", FaultPartition: "network-partitions",
 	FaultWorkerRestart: "worker-restarts", FaultWorkerStall: "worker-stalls",
+	FaultSpoolDiskFull: "spool-disk-fulls", FaultSpoolDamage: "spool-damages",
 	FaultConsumerKill: "consumer-kills", FaultLeaseExpiry: "lease-expiries",
 }
 
@@ -86,6 +90,7 @@ func (c Config) counts() map[FaultKind]int {
 		FaultSidecarKill: c.SidecarKills, FaultSidecarTerm: c.SidecarTerms, FaultPGRestart: c.PGRestarts,
 		FaultPostgresStall: c.PostgresStalls, FaultPGFailover: c.PGFailovers, FaultPartition: c.NetworkPartitions,
 		FaultWorkerRestart: c.WorkerRestarts, FaultWorkerStall: c.WorkerStalls,
+		FaultSpoolDiskFull: c.SpoolDiskFulls, FaultSpoolDamage: c.SpoolDamages,
 		FaultConsumerKill: c.ConsumerKills, FaultLeaseExpiry: c.LeaseExpiries,
 	}
 }

@@ -110,8 +110,12 @@ func printReport(out io.Writer, rep *Report) {
 	if n := len(rep.Queues); n > 0 {
 		checker = rep.Queues[n-1].AuditStats
 	}
-	fmt.Fprintf(out, "\n%s: %d duplicates, %d gaps, %d order violations over all queues; %d of %d events through all %d stages to the checker; %d redeliveries; %d faults injected; drained %v in %.1f s\n",
-		verdict, rep.Duplicates, rep.Gaps, rep.OrderViolations, checker.Verified, checker.Events, rep.Config.Stages,
+	lost := ""
+	if rep.ReportedLost > 0 {
+		lost = fmt.Sprintf(" (%d lost to damaged spool records, each reported by its sidecar by name)", rep.ReportedLost)
+	}
+	fmt.Fprintf(out, "\n%s: %d duplicates, %d gaps, %d order violations over all queues; %d of %d events through all %d stages to the checker%s; %d redeliveries; %d faults injected; drained %v in %.1f s\n",
+		verdict, rep.Duplicates, rep.Gaps, rep.OrderViolations, checker.Verified, checker.Events, rep.Config.Stages, lost,
 		rep.Redeliveries, faultsInjected(rep), rep.Drained, rep.DrainSeconds)
 	fmt.Fprintln(out, verdictRule)
 }

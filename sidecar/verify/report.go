@@ -20,8 +20,11 @@ type Report struct {
 	Queues []QueueReport `json:"queues"`
 	Loader LoaderReport  `json:"loader"`
 	// Totals over every queue.
-	Duplicates      int64 `json:"duplicates"`
-	Gaps            int64 `json:"gaps"`
+	Duplicates int64 `json:"duplicates"`
+	Gaps       int64 `json:"gaps"`
+	// ReportedLost are events a spool-damage fault cost, each reported by
+	// its sidecar by name, counted once (in the queue that lost them).
+	ReportedLost    int64 `json:"reportedLost"`
 	OrderViolations int64 `json:"orderViolations"`
 	Redeliveries    int64 `json:"redeliveries"`
 

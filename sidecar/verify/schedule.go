@@ -39,6 +39,17 @@ const (
 	// FaultWorkerStall freezes a random Citus worker for --pg-down, then
 	// thaws it; only with --citus.
 	FaultWorkerStall FaultKind = "worker-stall"
+	// FaultSpoolDiskFull fills a random sidecar's spool volume (a tmpfs the
+	// run mounts) a third into a PostgreSQL outage, starts PostgreSQL again
+	// with the volume still full, SIGKILLs that sidecar as it replays and
+	// starts it on the full volume, waits for every spool to be replayed,
+	// and only then frees the volume.
+	FaultSpoolDiskFull FaultKind = "spool-disk-full"
+	// FaultSpoolDamage SIGKILLs a random sidecar whose spool holds records
+	// during a PostgreSQL outage, damages the length of one record in the
+	// middle of its largest segment, and starts it again; every record the
+	// damage costs must be reported by the sidecar, by name.
+	FaultSpoolDamage FaultKind = "spool-damage"
 	// FaultConsumerKill makes a random consumer die just after a pop: it
 	// acks nothing and releases nothing, so its leases must lapse and the
 	// messages come again.
@@ -52,7 +63,7 @@ const (
 // FaultKinds lists every kind, in the order reports count them.
 func FaultKinds() []FaultKind {
 	return []FaultKind{FaultSidecarKill, FaultSidecarTerm, FaultPGRestart, FaultPostgresStall, FaultPGFailover, FaultPartition,
-		FaultWorkerRestart, FaultWorkerStall, FaultConsumerKill, FaultLeaseExpiry}
+		FaultWorkerRestart, FaultWorkerStall, FaultSpoolDiskFull, FaultSpoolDamage, FaultConsumerKill, FaultLeaseExpiry}
 }
 
 // plannedFault is one entry of the schedule: a kind, due At after the start.

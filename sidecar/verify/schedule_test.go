@@ -103,12 +103,12 @@ func TestScheduleFitsTheTraffic(t *testing.T) {
 	}
 }
 
-// 190 s at 3,000 events/s over 500 partitions keeps one fault of every
+// 320 s at 3,000 events/s over 500 partitions keeps one fault of every
 // kind counted (the worker faults need Citus) and all three sidecar kills,
 // and the default ten minutes keep every count.
 func TestScheduleCounts(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Duration, cfg.Rate, cfg.Partitions = 190*time.Second, 3000, 500
+	cfg.Duration, cfg.Rate, cfg.Partitions = 320*time.Second, 3000, 500
 	plan, err := cfg.schedule()
 	if err != nil {
 		t.Fatal(err)
@@ -119,14 +119,14 @@ func TestScheduleCounts(t *testing.T) {
 	}
 	for _, k := range FaultKinds() {
 		if got[k] == 0 && cfg.counts()[k] > 0 {
-			t.Errorf("190 s: no %s in %v", k, plan)
+			t.Errorf("320 s: no %s in %v", k, plan)
 		}
 	}
 	if got[FaultSidecarKill] != cfg.SidecarKills {
-		t.Errorf("190 s: %d sidecar-kill, want all %d", got[FaultSidecarKill], cfg.SidecarKills)
+		t.Errorf("320 s: %d sidecar-kill, want all %d", got[FaultSidecarKill], cfg.SidecarKills)
 	}
 	if len(cfg.scaledCounts(plan)) == 0 {
-		t.Errorf("190 s: the header would not say the counts were lowered")
+		t.Errorf("320 s: the header would not say the counts were lowered")
 	}
 
 	cfg = DefaultConfig()

@@ -3,7 +3,7 @@ package verify
 import "fmt"
 
 // verdictRule is printed under the verdict.
-const verdictRule = "(a run passes when every queue holds every event once and in order, nothing unexpected was answered, every planned fault was carried out and the pipeline drained; " +
+const verdictRule = "(a run passes when every queue holds every event once and in order, but those a damaged spool record cost and its sidecar reported by name, nothing unexpected was answered, every planned fault was carried out and the pipeline drained; " +
 	"a consumer fault always has traffic to act on, since the loader pushes past --duration until the last one is carried out)"
 
 // passed is the verdict: no violation, no unexpected error, every fault

@@ -27,26 +27,28 @@ func buildSidecar(t *testing.T) string {
 	return bin
 }
 
-// TestVerifyWithFaults is `make verify` in 36 seconds: three sidecars and
+// TestVerifyWithFaults is `make verify` in 48 seconds: three sidecars and
 // four stages on a PostgreSQL of its own, with one fault of each kind, and
 // it must end with every event through every stage exactly once and in
-// order.
+// order, but the one the damaged spool record cost, reported by name.
 func TestVerifyWithFaults(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a 36-second run with real processes")
+		t.Skip("a 48-second run with real processes")
 	}
 	cfg := DefaultConfig()
 	cfg.SidecarBinary = buildSidecar(t)
 	cfg.Partitions = 20
 	cfg.Rate = 100
-	cfg.Duration = 36 * time.Second
+	cfg.Duration = 48 * time.Second
 	cfg.LeaseSeconds = 4
 	// Faults run one after the other. The consumer's come first: they need
 	// traffic to act on, and a failover (which waits for the old primary to
 	// be rewound) can outlast the traffic on a loaded machine. The stall
 	// and the partition outlast the sidecars' database timeout, so pushes
-	// are spooled, and come while the loader still pushes.
-	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,postgres-stall@21s,partition@26s,pg-failover@31s"
+	// are spooled, and come while the loader still pushes, as do the spool
+	// faults, which need records spooled during their outage.
+	cfg.Faults = "sidecar-kill@3s,consumer-kill@5s,lease-expiry@8s,pg-restart@13s,sidecar-term@19s,postgres-stall@21s,partition@26s," +
+		"spool-disk-full@31s,spool-damage@37s,pg-failover@43s"
 	cfg.PGDown = 3 * time.Second
 	cfg.DatabaseTimeout = 2 * time.Second
 	cfg.SidecarDown = time.Second
@@ -60,15 +62,25 @@ func TestVerifyWithFaults(t *testing.T) {
 	if events < cfg.Events() || (events > cfg.Events()) != (rep.Loader.Extended != "") {
 		t.Errorf("loader: %d events of %d planned, extended %q", events, cfg.Events(), rep.Loader.Extended)
 	}
+	// The damaged record cost one event, in its queue and every later one.
+	if rep.ReportedLost != 1 {
+		t.Errorf("%d events reported lost to the damaged spool record, want 1", rep.ReportedLost)
+	}
 	for _, q := range rep.Queues {
-		if q.Verified != events || q.Events != events {
-			t.Errorf("queue %d (%s): %d of %d events verified", q.Queue, q.Consumer, q.Verified, events)
+		if q.Verified+q.ReportedLost != events || q.Events != events {
+			t.Errorf("queue %d (%s): %d of %d events verified, %d reported lost", q.Queue, q.Consumer, q.Verified, events, q.ReportedLost)
 		}
 	}
 	// One of each kind but the Citus ones, and the outage's own kills: one
 	// while PostgreSQL is down, one as it comes back. Where no network
 	// namespace can be made, the partition is skipped, and says why.
 	partitions := netns.Available() == nil
+	volumes := true
+	for _, f := range rep.Faults {
+		if f.Kind == FaultSpoolDiskFull && f.Skipped != "" {
+			volumes = false // no tmpfs can be mounted here
+		}
+	}
 	for _, k := range FaultKinds() {
 		want := 1
 		switch k {
@@ -78,6 +90,10 @@ func TestVerifyWithFaults(t *testing.T) {
 			want = 0 // TestVerifyOnCitus
 		case FaultPartition:
 			if !partitions {
+				want = 0
+			}
+		case FaultSpoolDiskFull:
+			if !volumes {
 				want = 0
 			}
 		}
@@ -101,7 +117,7 @@ func TestVerifyWithFaults(t *testing.T) {
 	if rep.Redeliveries == 0 {
 		t.Error("no redelivery observed")
 	}
-	if rep.Latency == nil || rep.Latency.Count != events {
+	if rep.Latency == nil || rep.Latency.Count != events-rep.ReportedLost {
 		t.Errorf("latency %+v", rep.Latency)
 	}
 
@@ -144,7 +160,8 @@ func checkFaultFigures(t *testing.T, cfg Config, f FaultRecord) {
 		t.Errorf("%s on %s: %s", f.Kind, f.Target, f.Error)
 	}
 	if f.Skipped != "" {
-		if f.Kind != FaultPartition || netns.Available() == nil || f.MaxPushWait != nil {
+		skippable := f.Kind == FaultPartition && netns.Available() != nil || f.Kind == FaultSpoolDiskFull
+		if !skippable || f.MaxPushWait != nil {
 			t.Errorf("%s skipped (%s) with figures %v", f.Kind, f.Skipped, f.MaxPushWait)
 		}
 		return
