@@ -16,26 +16,20 @@ func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
 	if in.cl.citus != nil {
 		r.Target = "Citus coordinator"
 	}
-	stopped := time.Now()
-	in.cl.pgDown.Store(true)
-	if err := in.cl.pg.Stop("immediate"); err != nil {
+	o, err := in.stopPostgres()
+	if err != nil {
 		return err
 	}
 	if in.cfg.OutageKills >= 1 && sleep(ctx, (in.cfg.PGDown-in.cfg.SidecarDown)/3) {
 		in.outageKill(ctx, "while PostgreSQL is down", true)
 	}
-	if !sleep(ctx, time.Until(stopped.Add(in.cfg.PGDown))) {
-		in.cl.pg.Restart(context.Background()) //nolint:errcheck // the run is ending; closing reports it
-		return ctx.Err()
-	}
-	began := time.Now()
-	if err := in.cl.pg.Restart(ctx); err != nil {
+	began, err := o.end(ctx)
+	if err != nil {
 		return err
 	}
-	in.cl.pgDown.Store(false)
 	up := time.Since(began)
 	r.Detail = fmt.Sprintf("pg_ctl stop -m immediate, down %.1f s; accepting connections %.1f s after restart",
-		began.Sub(stopped).Seconds(), up.Seconds())
+		began.Sub(o.stopped).Seconds(), up.Seconds())
 	if in.cfg.OutageKills >= 2 {
 		in.outageKill(ctx, "as PostgreSQL came back", false)
 	}
@@ -44,6 +38,38 @@ func (in *injector) restartPostgres(ctx context.Context, r *FaultRecord) error {
 	}
 	r.SpoolsDrained = seconds(time.Since(began))
 	return nil
+}
+
+// outage is a PostgreSQL crash in course (stopPostgres).
+type outage struct {
+	in      *injector
+	stopped time.Time
+}
+
+// stopPostgres stops PostgreSQL as a crash would.
+func (in *injector) stopPostgres() (*outage, error) {
+	o := &outage{in: in, stopped: time.Now()}
+	in.cl.pgDown.Store(true)
+	if err := in.cl.pg.Stop("immediate"); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// end starts PostgreSQL again once --pg-down has passed since the stop,
+// and returns when the restart began; it is back when end returns.
+func (o *outage) end(ctx context.Context) (time.Time, error) {
+	in := o.in
+	if !sleep(ctx, time.Until(o.stopped.Add(in.cfg.PGDown))) {
+		in.cl.pg.Restart(context.Background()) //nolint:errcheck // the run is ending; closing reports it
+		return time.Time{}, ctx.Err()
+	}
+	began := time.Now()
+	if err := in.cl.pg.Restart(ctx); err != nil {
+		return began, err
+	}
+	in.cl.pgDown.Store(false)
+	return began, nil
 }
 
 // awaitReplay waits, once the database is back from an outage, for every

@@ -16,55 +16,33 @@ import (
 	"time"
 )
 
-// outage stops PostgreSQL as a crash would and returns a function that
-// starts it again at the end of --pg-down, counted from the stop: the two
-// spool faults act on a sidecar in between.
-func (in *injector) outage() (restart func(ctx context.Context) error, err error) {
-	stopped := time.Now()
-	in.cl.pgDown.Store(true)
-	if err := in.cl.pg.Stop("immediate"); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) error {
-		if !sleep(ctx, time.Until(stopped.Add(in.cfg.PGDown))) {
-			in.cl.pg.Restart(context.Background()) //nolint:errcheck // the run is ending; closing reports it
-			return ctx.Err()
-		}
-		if err := in.cl.pg.Restart(ctx); err != nil {
-			return err
-		}
-		in.cl.pgDown.Store(false)
-		return nil
-	}, nil
-}
-
 // fillSpoolDisk is FaultSpoolDiskFull.
 func (in *injector) fillSpoolDisk(ctx context.Context, r *FaultRecord) error {
 	i := in.rng.IntN(len(in.cl.sidecars))
 	s, volume := in.cl.sidecars[i], in.cl.volumes[i]
 	r.Target = s.String()
-	restart, err := in.outage()
+	o, err := in.stopPostgres()
 	if err != nil {
 		return err
 	}
 	filler := filepath.Join(volume, "filler")
 	defer os.Remove(filler) // on every path: the run goes on with room
 	if !sleep(ctx, in.cfg.PGDown/3) {
-		restart(ctx) //nolint:errcheck // the run is ending
+		o.end(ctx) //nolint:errcheck // the run is ending
 		return ctx.Err()
 	}
 	s.sample(ctx) //nolint:errcheck // a failed sample keeps the last one
 	spooled := s.current().Records
 	written, err := fill(filler)
 	if err != nil {
-		restart(ctx) //nolint:errcheck // the fill's error says more
+		o.end(ctx) //nolint:errcheck // the fill's error says more
 		return err
 	}
 	room := freeBytes(volume)
-	if err := restart(ctx); err != nil {
+	began, err := o.end(ctx)
+	if err != nil {
 		return err
 	}
-	began := time.Now()
 	// Killed as it replays (if it is caught at it), and started again on
 	// the full volume: what it committed and could not note on disk must
 	// not be stored twice.
@@ -134,35 +112,35 @@ func (in *injector) watchReplaying(ctx context.Context, s *sidecar) string {
 
 // damageSpool is FaultSpoolDamage.
 func (in *injector) damageSpool(ctx context.Context, r *FaultRecord) error {
-	restart, err := in.outage()
+	o, err := in.stopPostgres()
 	if err != nil {
 		return err
 	}
 	if !sleep(ctx, in.cfg.PGDown/2) {
-		restart(ctx) //nolint:errcheck // the run is ending
+		o.end(ctx) //nolint:errcheck // the run is ending
 		return ctx.Err()
 	}
 	s, seen := in.replayingSidecar(ctx, false)
 	r.Target = s.String()
 	if _, _, err := s.stop(ctx, syscall.SIGKILL); err != nil {
-		restart(ctx) //nolint:errcheck // the stop's error says more
+		o.end(ctx) //nolint:errcheck // the stop's error says more
 		return err
 	}
 	what, err := damageRecord(s.spoolDir)
 	if err != nil {
 		s.start(ctx, true) //nolint:errcheck // the damage's error says more
-		restart(ctx)       //nolint:errcheck
+		o.end(ctx)         //nolint:errcheck
 		return err
 	}
 	logFrom := fileSize(s.logPath)
 	if _, err := s.start(ctx, true); err != nil {
-		restart(ctx) //nolint:errcheck // the start's error says more
+		o.end(ctx) //nolint:errcheck // the start's error says more
 		return err
 	}
-	if err := restart(ctx); err != nil {
+	began, err := o.end(ctx)
+	if err != nil {
 		return err
 	}
-	began := time.Now()
 	if err := in.awaitReplay(ctx); err != nil {
 		return err
 	}
