@@ -30,6 +30,10 @@ const (
 	// the call needs (revision 1.3). Retrying cannot help until it is
 	// granted.
 	CodePermissionDenied Code = "permission_denied"
+	// CodeForbidden: the sidecar's database role was not granted the
+	// right the call needs on its queue (revision 1.4). Retrying cannot
+	// help until it is granted.
+	CodeForbidden Code = "forbidden"
 )
 
 // retryable lists the codes a client may retry unchanged.
@@ -52,7 +56,7 @@ func Codes() []Code {
 		CodeInvalidArgument, CodeNotFound, CodeConflict, CodeLeaseExpired,
 		CodeUnavailable, CodeSpoolFull, CodeDraining, CodeOverloaded,
 		CodeDeadlineExceeded, CodeUnauthorized, CodeInternal, CodeKeyMissing,
-		CodePermissionDenied,
+		CodePermissionDenied, CodeForbidden,
 	}
 }
 

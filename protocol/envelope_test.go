@@ -86,9 +86,10 @@ func TestReadTimeAcceptsThreeForms(t *testing.T) {
 func TestCodesRetryable(t *testing.T) {
 	retry := map[Code]bool{CodeUnavailable: true, CodeSpoolFull: true, CodeDraining: true,
 		CodeOverloaded: true, CodeDeadlineExceeded: true, CodeInternal: true}
-	// 15 in version 1, key_missing in revision 1.1, permission_denied in 1.3.
-	if len(Codes()) != 17 || Codes()[15] != CodeKeyMissing || Codes()[16] != CodePermissionDenied {
-		t.Fatalf("%d codes, the contract has 17 (key_missing, then permission_denied, last)", len(Codes()))
+	// 15 in version 1, key_missing in revision 1.1, permission_denied in
+	// 1.3, forbidden in 1.4.
+	if len(Codes()) != 18 || Codes()[15] != CodeKeyMissing || Codes()[16] != CodePermissionDenied || Codes()[17] != CodeForbidden {
+		t.Fatalf("%d codes, the contract has 18 (key_missing, permission_denied, then forbidden, last)", len(Codes()))
 	}
 	for _, c := range Codes() {
 		if c.Retryable() != retry[c] || Errorf(c, "x").Retryable != retry[c] {

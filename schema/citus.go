@@ -16,7 +16,7 @@ import (
 // coordinator's own (maintenance, schema_migrations, early_groups,
 // spool_progress).
 var (
-	citusReference = []string{"queues", "groups", "partition_names"}
+	citusReference = []string{"queues", "groups", "partition_names", "queue_grants"}
 	// CitusDistributed are the tables spread by partition id, partitions
 	// (by its id) first; the Citus rules (schema/citusrules) are about
 	// statements on them.

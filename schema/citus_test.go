@@ -112,7 +112,7 @@ func TestDistributeOnCitus(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"queues": "reference", "groups": "reference", "partition_names": "reference",
+		"queues": "reference", "groups": "reference", "partition_names": "reference", "queue_grants": "reference",
 		"partitions": "distributed", "segments": "distributed", "dedup": "distributed", "dedup_marks": "distributed",
 		"cursors": "distributed", "dead_letters": "distributed", "orphan_hashes": "distributed",
 		"maintenance": "local", "schema_migrations": "local", "early_groups": "local", "spool_progress": "local",

@@ -20,7 +20,7 @@ const CurrentFile = "current.sql"
 // each function as PostgreSQL gives its definition back. The order is by
 // name, so the text changes only where the schema does. It renders the
 // kinds of object queenside's migrations create, and refuses a schema that
-// holds another kind (a view, a type, a trigger) rather than leave it out.
+// holds another kind (a type, a trigger) rather than leave it out.
 func Describe(ctx context.Context, conn *pgx.Conn) (string, error) {
 	if err := refuseUnrendered(ctx, conn); err != nil {
 		return "", err
@@ -36,6 +36,11 @@ func Describe(ctx context.Context, conn *pgx.Conn) (string, error) {
 		return "", fmt.Errorf("describe sequences: %w", err)
 	}
 	b.WriteString(sequences)
+	views, err := describeViews(ctx, conn)
+	if err != nil {
+		return "", fmt.Errorf("describe views: %w", err)
+	}
+	b.WriteString(views)
 	functions, err := describeFunctions(ctx, conn)
 	if err != nil {
 		return "", fmt.Errorf("describe functions: %w", err)
@@ -52,7 +57,7 @@ func refuseUnrendered(ctx context.Context, conn *pgx.Conn) error {
 		SELECT coalesce(array_agg(what ORDER BY what), '{}') FROM (
 			SELECT 'relation ' || c.relname || ' (relkind ' || c.relkind::text || ')' AS what
 			  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			 WHERE n.nspname = $1 AND c.relkind NOT IN ('r', 'i', 'S')
+			 WHERE n.nspname = $1 AND c.relkind NOT IN ('r', 'i', 'S', 'v')
 			UNION ALL
 			SELECT 'trigger ' || t.tgname FROM pg_trigger t
 			  JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -207,6 +212,19 @@ func describeSequences(ctx context.Context, conn *pgx.Conn) (string, error) {
 		return "", err
 	}
 	return strings.Join(seqs, "\n") + "\n\n", nil
+}
+
+// describeViews gives each view's query as PostgreSQL keeps it.
+func describeViews(ctx context.Context, conn *pgx.Conn) (string, error) {
+	views, err := strings1(ctx, conn, `
+		SELECT format(E'CREATE VIEW %I.%I AS\n%s', n.nspname, c.relname, rtrim(pg_get_viewdef(c.oid, true), E'\n'))
+		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		 WHERE n.nspname = $1 AND c.relkind = 'v'
+		 ORDER BY c.relname`, Name)
+	if err != nil || len(views) == 0 {
+		return "", err
+	}
+	return strings.Join(views, "\n\n") + "\n\n", nil
 }
 
 // describeFunctions gives each function's definition as PostgreSQL keeps

@@ -93,6 +93,9 @@ func MigrateVersions(ctx context.Context, conn *pgx.Conn) ([]int, error) {
 	if upToDate(ctx, conn, ms) {
 		return nil, checkNotTooOld(ctx, conn, ms[len(ms)-1].Version)
 	}
+	if err := checkMayMigrate(ctx, conn, ms[len(ms)-1].Version); err != nil {
+		return nil, err
+	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
 		return nil, fmt.Errorf("migrate: take lock: %w", err)
 	}
@@ -187,6 +190,41 @@ var ErrYielded = errors.New("migrate: gave way to running transactions")
 func yielded(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
+}
+
+// ErrNotOwner means the schema needs migrating and the session's role may
+// not: only the schema's owner (or a superuser) migrates it, and only a
+// role that may create schemas in the database creates it.
+var ErrNotOwner = errors.New("migrate: this role may not migrate the schema")
+
+// checkMayMigrate refuses, with ErrNotOwner, a session whose role may not
+// migrate the schema; newest is this build's newest migration.
+func checkMayMigrate(ctx context.Context, conn *pgx.Conn, newest int) error {
+	var role, owner string
+	var may bool
+	err := conn.QueryRow(ctx, `
+		SELECT session_user::text,
+		       coalesce((SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = $1), ''),
+		       coalesce((SELECT pg_has_role(session_user, nspowner, 'MEMBER') FROM pg_namespace WHERE nspname = $1),
+		                has_database_privilege(current_database(), 'CREATE'))
+		       OR (SELECT rolsuper FROM pg_roles WHERE rolname = session_user)`, Name).Scan(&role, &owner, &may)
+	if err != nil {
+		return fmt.Errorf("migrate: read who owns the schema: %w", err)
+	}
+	if may {
+		return nil
+	}
+	if owner == "" {
+		return fmt.Errorf("%w: schema %s does not exist and role %s may not create it; run `queenside migrate` as a role that may (it becomes the schema's owner)",
+			ErrNotOwner, Name, role)
+	}
+	at := "not at this build's version"
+	var version *int32
+	if err := conn.QueryRow(ctx, "SELECT max(version) FROM "+Name+".schema_migrations").Scan(&version); err == nil && version != nil {
+		at = fmt.Sprintf("at version %d", *version)
+	}
+	return fmt.Errorf("%w: schema %s is %s and this build needs %d; role %s may not migrate it: its owner %s does (`queenside migrate`, or a sidecar logged in as %s)",
+		ErrNotOwner, Name, at, newest, role, owner, owner)
 }
 
 // ErrSchemaTooNew means the database's schema is more than one release

@@ -32,6 +32,10 @@ func (s *Server) toProtocolError(err error) *protocol.Error {
 	case store.IsUnavailable(err):
 		s.suspectDatabase(err)
 		return protocol.Errorf(protocol.CodeUnavailable, "database unavailable: %v", err)
+	case store.IsForbidden(err):
+		r, _ := store.AsRefusal(err)
+		s.refused(r)
+		return protocol.Errorf(protocol.CodeForbidden, "%s", r.Message)
 	case store.IsPermissionDenied(err):
 		s.log.Error("the database role may not do what a request needs", "error", err)
 		return protocol.Errorf(protocol.CodePermissionDenied, "the sidecar's database role lacks a privilege: %v", err)

@@ -22,6 +22,9 @@ type metrics struct {
 	// order: a push adds to each status once per request, not per item.
 	byStatus [len(pushStatuses)]prometheus.Counter
 	leases   prometheus.Counter
+	// refusals counts what PostgreSQL refused for want of a grant, by
+	// the sidecar's role and the right.
+	refusals *prometheus.CounterVec
 	// spooledBy counts push items written to the spool, by cause, in
 	// protocol.SpoolCauses' order.
 	spooledBy [len(protocol.SpoolCauses)]atomic.Uint64
@@ -40,6 +43,9 @@ func newMetrics(s *Server) *metrics {
 		pushItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "queenside_push_items_total", Help: "Push items answered, by status: queued, duplicate, buffered, failed.",
 		}, []string{"status"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "queenside_refusals_total", Help: "Calls and push items refused because the sidecar's database role was not granted the right on the queue (forbidden), by role and right.",
+		}, []string{"role", "right"}),
 		leases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "queenside_leases_granted_total", Help: "Partition leases granted by pops without autoAck, those of acks carrying a pop included.",
 		}),
@@ -63,7 +69,7 @@ func newMetrics(s *Server) *metrics {
 			ConstLabels: prometheus.Labels{"cause": cause},
 		}, func() float64 { return float64(m.spooledBy[i].Load()) }))
 	}
-	m.registry.MustRegister(m.requests, m.pushItems, m.leases,
+	m.registry.MustRegister(m.requests, m.pushItems, m.leases, m.refusals,
 		counter("queenside_database_timeouts_total", "Calls to PostgreSQL ended by --database-timeout: it did not answer in time.",
 			func() float64 { return float64(s.store.Timeouts()) }),
 		counter("queenside_messages_popped_total", "Messages delivered by pops (leased or auto-acked), those of acks carrying a pop included.",

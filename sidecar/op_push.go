@@ -119,6 +119,8 @@ func (s *Server) push(ctx context.Context, args protocol.PushArgs) (protocol.Pus
 			// In request order, so each partition keeps its items' order.
 			spooled = append(spooled, pick(direct, keep)...)
 			slices.Sort(spooled)
+		case store.IsForbidden(err):
+			s.pushEachQueue(ctx, dm, dp, results, err)
 		default:
 			s.failAll(results, dp, s.toProtocolError(err))
 		}
@@ -167,12 +169,43 @@ func (s *Server) pushToDatabase(ctx context.Context, msgs []store.Message, posit
 	if err != nil && store.AsTimeout(err) == nil && ctx.Err() != nil {
 		return protocol.PushReply{}, err // the request's own deadline (answered deadline_exceeded)
 	}
-	if err != nil {
+	switch {
+	case store.IsForbidden(err):
+		s.pushEachQueue(ctx, msgs, positions, results, err)
+	case err != nil:
 		s.failAll(results, positions, s.toProtocolError(err))
-	} else {
+	default:
 		fillOutcomes(results, positions, outcomes)
 	}
 	return protocol.PushReply{Results: results}, nil
+}
+
+// pushEachQueue answers a push PostgreSQL refused because the role may not
+// produce to one of its queues: queue by queue, so that only the items of
+// the queues refused fail (forbidden) and the others are stored, each
+// queue's in one transaction.
+func (s *Server) pushEachQueue(ctx context.Context, msgs []store.Message, positions []int, results []protocol.PushResult, refused error) {
+	var queues []string
+	byQueue := map[string][]int{}
+	for j, m := range msgs {
+		if _, ok := byQueue[m.Queue]; !ok {
+			queues = append(queues, m.Queue)
+		}
+		byQueue[m.Queue] = append(byQueue[m.Queue], j)
+	}
+	if len(queues) == 1 {
+		s.failAll(results, positions, s.toProtocolError(refused))
+		return
+	}
+	for _, q := range queues {
+		idx := byQueue[q]
+		outcomes, err := s.store.Push(ctx, pick(msgs, idx))
+		if err != nil {
+			s.failAll(results, pick(positions, idx), s.toProtocolError(err))
+			continue
+		}
+		fillOutcomes(results, pick(positions, idx), outcomes)
+	}
 }
 
 // spool writes messages to the disk spool and answers them buffered once

@@ -209,6 +209,10 @@ func Run(ctx context.Context, cfg Config) error {
 // attempt, which is then made again, as when the database refuses.
 const migrateAttempt = 30 * time.Second
 
+// ownerPoll is how often a sidecar whose role may not migrate the schema
+// looks again whether its owner has.
+const ownerPoll = 2 * time.Second
+
 // migrateUntilDone applies migrations, retrying while the database cannot
 // be reached or an attempt does not finish within attempt (a stalled
 // database, or the migration lock held that long by another sidecar). Any
@@ -216,6 +220,7 @@ const migrateAttempt = 30 * time.Second
 // to note, so that requests waiting meanwhile can say why.
 func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger, note func(error), attempt time.Duration) error {
 	backoff := 250 * time.Millisecond
+	waitingForOwner := false
 	for {
 		mctx, cancel := context.WithTimeoutCause(ctx, attempt, &store.TimeoutError{After: attempt, By: "the bound on an attempt to migrate"})
 		applied, err := st.Migrate(mctx)
@@ -230,6 +235,19 @@ func migrateUntilDone(ctx context.Context, st *store.Store, log hclog.Logger, no
 		}
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, schema.ErrNotOwner) {
+			// Said once; the owner's migration is watched for.
+			if !waitingForOwner {
+				log.Warn("waiting for the schema's owner to migrate it; serving meanwhile (pushes are spooled)", "reason", err)
+				waitingForOwner = true
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(ownerPoll):
+			}
+			continue
 		}
 		if errors.Is(err, schema.ErrYielded) {
 			log.Info("a migration gave way to running transactions; trying again", "error", err)

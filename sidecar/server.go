@@ -91,6 +91,7 @@ type Server struct {
 	drained    chan struct{} // closed when draining begins: ends long-polls
 	wakes      *wakeHub
 	control    *control // maintenance and paused queues, as this sidecar applies them
+	refusals   refusalLog
 	pops       *popHub
 	active     atomic.Int64 // requests being served, across connections
 	// lastRequest is when a request was last read (Unix nanoseconds): a

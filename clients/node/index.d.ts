@@ -675,6 +675,7 @@ export declare class DeadlineExceededError extends QueensideError {}
 export declare class UnauthorizedError extends QueensideError {}
 export declare class KeyMissingError extends QueensideError {}
 export declare class PermissionDeniedError extends QueensideError {}
+export declare class ForbiddenError extends QueensideError {}
 export declare class InternalError extends QueensideError {}
 /** The connection ended; the call may or may not have been carried out. */
 export declare class ConnectionError extends QueensideError {

@@ -121,6 +121,10 @@ func (s *Store) rollback(ctx context.Context, tx pgx.Tx) {
 	tx.Rollback(cctx) //nolint:errcheck // on failure pgx closes the connection
 }
 
+// Role is the PostgreSQL role the store logs in as: the sidecar's
+// identity for grants.
+func (s *Store) Role() string { return s.pool.Config().ConnConfig.User }
+
 // Timeouts counts the calls the database timeout ended.
 func (s *Store) Timeouts() uint64 { return s.timeouts.Load() }
 

@@ -15,10 +15,36 @@ import (
 
 // IsPermissionDenied reports whether PostgreSQL refused a statement for a
 // privilege the role lacks (insufficient_privilege, 42501): no retry helps
-// until it is granted.
+// until it is granted. queenside's own refusals (IsForbidden) are among
+// them.
 func IsPermissionDenied(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
+// IsForbidden reports whether err is queenside's refusal of a right on a
+// queue its role was not granted (queenside.refuse_unless: 42501 with the
+// schema named, which PostgreSQL's own refusal of a table privilege does
+// not give).
+func IsForbidden(err error) bool {
+	_, ok := AsRefusal(err)
+	return ok
+}
+
+// Refusal is queenside's refusal of a right on a queue (IsForbidden).
+type Refusal struct {
+	Right, Queue string
+	// Message says who may not do what, and the grant that would allow it.
+	Message string
+}
+
+// AsRefusal returns err's refusal, if it is one.
+func AsRefusal(err error) (Refusal, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" || pgErr.SchemaName != "queenside" {
+		return Refusal{}, false
+	}
+	return Refusal{Right: pgErr.ColumnName, Queue: pgErr.TableName, Message: pgErr.Message}, true
 }
 
 // IsUnavailable reports whether err means PostgreSQL could not be reached

@@ -18,7 +18,8 @@ export type Code =
   | 'unauthorized'
   | 'internal'
   | 'key_missing'
-  | 'permission_denied';
+  | 'permission_denied'
+  | 'forbidden';
 
 export interface CodeRow {
   readonly code: Code;

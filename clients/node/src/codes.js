@@ -20,6 +20,7 @@ export const CODES = Object.freeze([
   Object.freeze({ code: 'internal', retryable: true, className: 'InternalError' }),
   Object.freeze({ code: 'key_missing', retryable: false, className: 'KeyMissingError' }),
   Object.freeze({ code: 'permission_denied', retryable: false, className: 'PermissionDeniedError' }),
+  Object.freeze({ code: 'forbidden', retryable: false, className: 'ForbiddenError' }),
 ]);
 
 // The per-item codes of ack, renew and release, and what each means in words.

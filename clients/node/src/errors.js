@@ -65,6 +65,7 @@ export const UnauthorizedError = ERROR_CLASSES.unauthorized;
 export const InternalError = ERROR_CLASSES.internal;
 export const KeyMissingError = ERROR_CLASSES.key_missing;
 export const PermissionDeniedError = ERROR_CLASSES.permission_denied;
+export const ForbiddenError = ERROR_CLASSES.forbidden;
 
 /**
  * The connection is gone (closed by close(), by the sidecar, or broken).

@@ -37,5 +37,6 @@ export {
   UnauthorizedError,
   KeyMissingError,
   PermissionDeniedError,
+  ForbiddenError,
   InternalError,
 } from './errors.js';

@@ -25,6 +25,7 @@ CODES: Tuple[Tuple[str, bool, str], ...] = (
     ("internal", True, "InternalError"),
     ("key_missing", False, "KeyMissingError"),
     ("permission_denied", False, "PermissionDeniedError"),
+    ("forbidden", False, "ForbiddenError"),
 )
 
 # The per-item codes of ack, renew and release, and what each means in words.

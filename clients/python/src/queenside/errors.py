@@ -128,6 +128,10 @@ class PermissionDeniedError(QueensideError):
     """The sidecar's database role lacks a privilege the call needs; retrying cannot help until it is granted."""
 
 
+class ForbiddenError(QueensideError):
+    """The sidecar's database role was not granted the right the call needs on its queue (queenside grant)."""
+
+
 class ConnectionClosedError(QueensideError, ConnectionError):
     """The connection to the sidecar is gone (or could not be opened).
 
