@@ -28,6 +28,7 @@ func (s *Store) Renew(ctx context.Context, leaseIDs []string, seconds int) ([]pr
 		           (SELECT q.lease_seconds FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
 		             WHERE g.id = $1))))
 		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
+		   AND queenside.consuming($1)
 		RETURNING c.lease_expires_at`, secs)
 }
 
@@ -68,6 +69,7 @@ func (s *Store) Release(ctx context.Context, leaseIDs []string) ([]protocol.Leas
 	return s.eachLease(ctx, leaseIDs, freeing, `
 		UPDATE queenside.cursors c SET lease_id = NULL, lease_done = NULL
 		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
+		   AND queenside.consuming($1)
 		RETURNING `+queueOfCursor)
 }
 
