@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -359,5 +360,62 @@ func TestVerifyCitusFlags(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("the refused runs left %d files in their directory", len(entries))
+	}
+}
+
+// grant, grants and revoke, run as the schema's owner: a right granted is
+// listed and takes effect for the role, a bad right is refused in one
+// line, and a revoke of what the role does not have says so and fails.
+func TestGrantGrantsAndRevoke(t *testing.T) {
+	bin := buildCLI(t)
+	dir := shortDir(t)
+	dev := startDev(t, bin, dir)
+	var dbURL string
+	for _, l := range strings.Split(dev.log.String(), "\n") {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(l), "database: "); ok {
+			dbURL = u
+		}
+	}
+	if dbURL == "" {
+		t.Fatalf("dev printed no database URL:\n%s", dev.log.String())
+	}
+	role := fmt.Sprintf("qs_cli_%x", time.Now().UnixNano())
+	if out, err := exec.Command("psql", dbURL, "-c", "CREATE ROLE "+role+" LOGIN").CombinedOutput(); err != nil {
+		t.Skipf("psql cannot create a role here (%v): %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("psql", dbURL, "-c", "DROP ROLE IF EXISTS "+role).Run() }) //nolint:errcheck
+
+	out, err := runCLI(t, bin, dir, "", "grant", "--database-url", dbURL, "--role", role, "--queue", "billing.*", "--rights", "produce, consume", "--groups", "workers*")
+	if err != nil || !strings.Contains(out, "granted produce, consume on billing.* to "+role) {
+		t.Fatalf("grant: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, bin, dir, "", "grants", "--database-url", dbURL, "--role", role)
+	if err != nil || !strings.Contains(out, role+"  billing.*  consume,produce  workers*") {
+		t.Fatalf("grants: %v\n%s", err, out)
+	}
+	// The grant is the login role's (session_user), so psql logs in as it.
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	may, err := exec.Command("psql", u.String(), "-Atc", "SELECT queenside.may('billing.eu', 'produce')").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(may)) != "t" {
+		t.Fatalf("the grant does not hold for the role: %v %s", err, may)
+	}
+	out, err = runCLI(t, bin, dir, "", "grant", "--database-url", dbURL, "--role", role, "--queue", "orders", "--rights", "write")
+	if err == nil || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.Contains(out, "want one or more of produce, consume, read, manage") {
+		t.Fatalf("grant of a right that does not exist: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, bin, dir, "", "revoke", "--database-url", dbURL, "--role", role, "--queue", "billing.*", "--rights", "produce"); err != nil || !strings.Contains(out, "revoked") {
+		t.Fatalf("revoke: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, bin, dir, "", "revoke", "--database-url", dbURL, "--role", role, "--queue", "billing.*", "--rights", "produce")
+	if err == nil || !strings.Contains(out, "had no such right on billing.*") {
+		t.Fatalf("a second revoke: %v\n%s", err, out)
+	}
+	out, _ = runCLI(t, bin, dir, "", "grants", "--database-url", dbURL)
+	if !strings.Contains(out, role+"  billing.*  consume  ") {
+		t.Fatalf("grants after the revoke of produce:\n%s", out)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -117,14 +118,27 @@ func grantsCommand() *cli.Command {
 	}
 }
 
-// withOwner runs fn on a connection to --database-url.
+// ownerTimeout bounds a grant command's work: a database that stops
+// answering ends it with an error rather than leaving it waiting.
+const ownerTimeout = 30 * time.Second
+
+// withOwner runs fn on a connection to --database-url, within ownerTimeout.
 func withOwner(c *cli.Context, fn func(*pgx.Conn) error) error {
-	conn, err := pgx.Connect(c.Context, c.String("database-url"))
+	ctx, cancel := context.WithTimeout(c.Context, ownerTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.String("database-url"))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close(c.Context)
-	return fn(conn)
+	defer conn.Close(context.Background())
+	c.Context = ctx
+	if err := fn(conn); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("no answer from PostgreSQL within %v: %w", ownerTimeout, err)
+		}
+		return err
+	}
+	return nil
 }
 
 func splitList(s string) []string {
