@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -19,7 +20,9 @@ import (
 
 // The dashboard at / and the JSON it reads under /api/, documented in
 // sidecar/dashboard/API.md. Reads go through gateReads, writes through
-// adminOnly (api_auth.go).
+// adminOnly (api_auth.go); what a token's scope allows is checked by each
+// route (readsQueue, a write's writeCheck), and listings are filtered to
+// the queues it may read.
 
 const (
 	// dashboardRefresh is how often the dashboard polls.
@@ -40,17 +43,17 @@ func (s *Server) routeDashboard(root *http.ServeMux) {
 	mux.HandleFunc("GET /api/info", s.apiInfo)
 	mux.HandleFunc("GET /api/auth", s.apiAuth)
 	mux.HandleFunc("GET /api/queues", s.api(s.apiQueues))
-	mux.HandleFunc("GET /api/queues/{queue}", s.api(s.apiQueue))
-	mux.HandleFunc("GET /api/queues/{queue}/partitions", s.api(s.apiPartitions))
-	mux.HandleFunc("GET /api/queues/{queue}/partitions/{partition}/messages", s.api(s.apiMessages))
-	mux.HandleFunc("GET /api/queues/{queue}/partitions/{partition}/messages/{offset}", s.api(s.apiMessage))
-	mux.HandleFunc("POST /api/queues/{queue}/seek", s.adminOnly(s.api(s.opAPI(s.opSeek, "queue"))))
-	mux.HandleFunc("POST /api/queues/{queue}/pause", s.adminOnly(s.api(s.apiPause)))
-	mux.HandleFunc("POST /api/maintenance", s.adminOnly(s.api(s.opAPI(s.opMaintenance))))
+	mux.HandleFunc("GET /api/queues/{queue}", s.api(s.readsQueue(s.apiQueue)))
+	mux.HandleFunc("GET /api/queues/{queue}/partitions", s.api(s.readsQueue(s.apiPartitions)))
+	mux.HandleFunc("GET /api/queues/{queue}/partitions/{partition}/messages", s.api(s.readsQueue(s.apiMessages)))
+	mux.HandleFunc("GET /api/queues/{queue}/partitions/{partition}/messages/{offset}", s.api(s.readsQueue(s.apiMessage)))
+	mux.HandleFunc("POST /api/queues/{queue}/seek", s.adminOnly(managesPathQueue, s.api(s.opAPI(s.opSeek, "queue"))))
+	mux.HandleFunc("POST /api/queues/{queue}/pause", s.adminOnly(managesPathQueue, s.api(s.apiPause)))
+	mux.HandleFunc("POST /api/maintenance", s.adminOnly(managesEveryQueue, s.api(s.opAPI(s.opMaintenance))))
 	mux.HandleFunc("GET /api/dlq", s.api(s.apiDLQ))
-	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.api(s.opAPI(s.opDLQReplay))))
+	mux.HandleFunc("POST /api/dlq/replay", s.adminOnly(s.managesDeadLetters(replaySelection), s.api(s.opAPI(s.opDLQReplay))))
 	mux.HandleFunc("GET /api/dlq/summary", s.api(s.apiDLQSummary))
-	mux.HandleFunc("POST /api/dlq/delete", s.adminOnly(s.api(s.opAPI(s.opDLQDelete))))
+	mux.HandleFunc("POST /api/dlq/delete", s.adminOnly(s.managesDeadLetters(protocol.DecodeDLQDeleteArgs), s.api(s.opAPI(s.opDLQDelete))))
 	mux.HandleFunc("GET /api/spool", s.apiSpool)
 	mux.HandleFunc("GET /api/cluster", s.apiCluster)
 	mux.HandleFunc("GET /api/history", s.apiHistory)
@@ -86,6 +89,8 @@ func apiStatus(code protocol.Code) int {
 	switch code {
 	case protocol.CodeNotFound:
 		return http.StatusNotFound
+	case protocol.CodeForbidden, protocol.CodePermissionDenied:
+		return http.StatusForbidden
 	case protocol.CodeInvalidArgument, protocol.CodeBadRequest:
 		return http.StatusBadRequest
 	case protocol.CodeUnavailable, protocol.CodeDraining, protocol.CodeOverloaded, protocol.CodeSpoolFull:
@@ -122,12 +127,14 @@ func (s *Server) apiInfo(w http.ResponseWriter, _ *http.Request) {
 }
 
 // apiAuth tells whether the request's token is one of this sidecar's, and
-// what it may do.
+// what it may do: its role, and its scope, the queues and rights (for a
+// token of a file's whole meaning, every queue and the file's rights).
 func (s *Server) apiAuth(w http.ResponseWriter, r *http.Request) {
-	name, got := s.opts.Tokens.match(r)
+	a := s.opts.Tokens.access(r)
 	switch {
-	case got != roleNone:
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "name": name, "role": got.String()})
+	case a.role != roleNone:
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "name": a.name, "role": a.role.String(),
+			"scope": map[string]any{"queues": a.scope.Queues, "rights": a.scope.Rights}, "scopeText": a.scope.String(), "scoped": a.scoped()})
 	case len(s.opts.Tokens.Admin)+len(s.opts.Tokens.Read) == 0:
 		writeAPIError(w, http.StatusForbidden, "writes_disabled",
 			"this sidecar has no token: writes are disabled (start it with --admin-token-file to allow them)")
@@ -136,11 +143,15 @@ func (s *Server) apiAuth(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) apiQueues(ctx context.Context, _ *http.Request) (any, error) {
+// apiQueues lists the queues the request may read.
+func (s *Server) apiQueues(ctx context.Context, r *http.Request) (any, error) {
 	at := time.Now().UTC()
 	qs, err := s.store.QueueSummaries(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if sc := s.opts.Tokens.access(r).scope; !sc.mayEvery(rightRead) {
+		qs = slices.DeleteFunc(qs, func(q store.QueueSummary) bool { return !sc.may(rightRead, q.Queue) })
 	}
 	return map[string]any{"at": at, "queues": qs}, nil
 }
@@ -226,8 +237,12 @@ func (s *Server) apiPause(ctx context.Context, r *http.Request) (any, error) {
 func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
 	q := r.URL.Query()
 	a := protocol.DLQArgs{Queue: q.Get("queue")}
+	acc := s.opts.Tokens.access(r)
 	if a.Queue != "" {
 		if err := protocol.CheckName("queue", a.Queue); err != nil {
+			return nil, err
+		}
+		if err := acc.need(rightRead, a.Queue); err != nil {
 			return nil, err
 		}
 	}
@@ -249,7 +264,12 @@ func (s *Server) apiDLQ(ctx context.Context, r *http.Request) (any, error) {
 	if err := dlqFilterQuery(q, &a); err != nil {
 		return nil, err
 	}
-	res, err := s.dlq(ctx, a)
+	var res protocol.DLQResult
+	if a.Queue == "" && !acc.scope.mayEvery(rightRead) {
+		res, err = s.scopedDLQ(ctx, acc.scope, a)
+	} else {
+		res, err = s.dlq(ctx, a)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -125,12 +125,12 @@ func TestTokenFiles(t *testing.T) {
 	}
 	// One bare token is named after its file's role.
 	tok, err := readTokens(write("bare", "  "+testAdminToken+"\n"), "")
-	if err != nil || len(tok.Admin) != 1 || tok.Admin[0] != (Token{"admin", testAdminToken}) || tok.Read != nil {
+	if err != nil || len(tok.Admin) != 1 || tok.Admin[0] != (Token{Name: "admin", Secret: testAdminToken}) || tok.Read != nil {
 		t.Fatalf("%+v %v", tok, err)
 	}
 	// Named tokens, comments and blank lines.
 	tok, err = readTokens(write("named", "# operators\nalice:"+testAliceToken+"\n\nbob : "+testAdminToken+"\n"), write("read", testReadToken))
-	if err != nil || len(tok.Admin) != 2 || tok.Admin[1] != (Token{"bob", testAdminToken}) || tok.Read[0] != (Token{"read", testReadToken}) {
+	if err != nil || len(tok.Admin) != 2 || tok.Admin[1] != (Token{Name: "bob", Secret: testAdminToken}) || tok.Read[0] != (Token{Name: "read", Secret: testReadToken}) {
 		t.Fatalf("%+v %v", tok, err)
 	}
 	for name, c := range map[string]struct{ admin, read, want string }{
@@ -148,5 +148,75 @@ func TestTokenFiles(t *testing.T) {
 	}
 	if tok, err := readTokens("", ""); err != nil || tok.Admin != nil || tok.Read != nil {
 		t.Fatalf("no file: %+v %v", tok, err)
+	}
+}
+
+func TestTokenFileScopes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := dir + "/" + name
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	admin := write("admin", "# operators\n"+
+		"alice:"+testAliceToken+"\n"+
+		"billing-ops : "+testAdminToken+"  queues=billing.*,payments,billing.* rights=manage,read\n"+
+		"viewer:"+testReadToken+"-v rights=read\n"+
+		"team:"+testReadToken+"-t queues=a:b\n")
+	tok, err := readTokens(admin, write("read", testReadToken+" queues=billing.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := func(tk Token) string {
+		if tk.Scope == nil {
+			return "none"
+		}
+		return tk.Scope.String()
+	}
+	for i, want := range []string{"none", "queues=billing.*,payments rights=read,manage", "queues=* rights=read", "queues=a:b rights=read,manage"} {
+		if got := scope(tok.Admin[i]); got != want {
+			t.Errorf("admin token %d (%s): scope %s, want %s", i, tok.Admin[i].Name, got, want)
+		}
+	}
+	if tok.Admin[1].Name != "billing-ops" || tok.Admin[1].Secret != testAdminToken {
+		t.Errorf("the scoped token: %+v", tok.Admin[1])
+	}
+	if r := tok.Read[0]; r.Name != "read" || r.Secret != testReadToken || scope(r) != "queues=billing.* rights=read" {
+		t.Errorf("a bare read token with a scope: %+v %s", r, scope(r))
+	}
+
+	// The one rule of patterns, as queenside.matches has it.
+	for _, c := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"*", "anything", true}, {"billing.*", "billing.invoices", true}, {"billing.*", "billing.", true},
+		{"billing.*", "billing", false}, {"billing", "billing", true}, {"billing", "billing.x", false}, {"bill*", "billing", true},
+	} {
+		if got := queuePatternMatches(c.pattern, c.name); got != c.want {
+			t.Errorf("queuePatternMatches(%q, %q) = %v", c.pattern, c.name, got)
+		}
+	}
+
+	// Errors in a scope name the file and the line.
+	for name, c := range map[string]struct{ admin, read, want string }{
+		"unknown key":   {write("k", "# x\na:"+testAdminToken+" queue=billing.*\n"), "", "k line 2: after the token, \"queue=billing.*\""},
+		"space":         {write("sp", "a:0123456789 abcdef\n"), "", "sp line 1: the token is 10 characters long"},
+		"space in":      {write("sp2", "a:"+testAdminToken+" more\n"), "", "sp2 line 1: after the token, \"more\""},
+		"twice":         {write("tw", "a:"+testAdminToken+" rights=read rights=manage\n"), "", "tw line 1: rights= is given twice"},
+		"empty":         {write("em", "a:"+testAdminToken+" queues=\n"), "", "em line 1: queues= is empty"},
+		"empty pattern": {write("ep", "a:"+testAdminToken+" queues=a,,b\n"), "", "ep line 1: queues=: \"\""},
+		"inner star":    {write("st", "a:"+testAdminToken+" queues=bil*ing\n"), "", "st line 1: queues=: \"bil*ing\": want a queue name, or a prefix ending in *"},
+		"bad character": {write("ch", "a:"+testAdminToken+" queues=bill/ing.*\n"), "", "ch line 1: queues=: \"bill/ing.*\""},
+		"unknown right": {write("ur", "a:"+testAdminToken+" rights=write\n"), "", "ur line 1: rights=write: \"write\" is not a right"},
+		"produce":       {write("pr", "a:"+testAdminToken+" rights=read,produce\n"), "", "pr line 1: rights=produce: the dashboard has no route that produces"},
+		"consume":       {write("co", "a:"+testAdminToken+" rights=consume\n"), "", "co line 1: rights=consume: the dashboard has no route that consumes"},
+		"read manages":  {"", write("rm", "r:"+testReadToken+" rights=read,manage\n"), "--read-token-file " + dir + "/rm line 1: rights=read,manage: a read token may only read"},
+	} {
+		if _, err := readTokens(c.admin, c.read); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, c.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/queenside/queenside/protocol"
 	"github.com/queenside/queenside/sidecar/history"
@@ -69,14 +70,68 @@ func (s *Server) readHistory(ctx context.Context) history.Sample {
 
 // apiHistory answers even before the schema is ready or while the database
 // is unreachable: the database round trip and the spool are charted then.
+//
+// The totals (pushed, consumed) are every queue's; for a token that may not
+// read every queue they are the sums of its own queues' instead. The
+// sidecar's own figures (its pops, the database round trip, the spool)
+// are shown to every token, as /api/spool and /api/cluster show them.
 func (s *Server) apiHistory(w http.ResponseWriter, r *http.Request) {
 	queue := r.URL.Query().Get("queue")
+	acc := s.opts.Tokens.access(r)
 	if r.URL.Query().Has("queue") {
-		if err := protocol.CheckName("queue", queue); err != nil {
+		err := protocol.CheckName("queue", queue)
+		if err == nil {
+			err = acc.need(rightRead, queue)
+		}
+		if err != nil {
 			pe := s.toProtocolError(err)
 			writeAPIError(w, apiStatus(pe.Code), pe.Code, pe.Message)
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, s.history.Snapshot(queue))
+	snap := s.history.Snapshot(queue)
+	if !acc.scope.mayEvery(rightRead) {
+		snap.Pushed, snap.Consumed = s.scopedTotals(r.Context(), acc.scope, snap)
+	}
+	writeJSON(w, http.StatusOK, snap)
+}
+
+// scopedTotals sums the pushed and consumed series of the queues sc may
+// read, at snap's times (a queue's snapshot is taken apart, perhaps a
+// sample later). A time when any of them has a gap is a gap; so is every
+// time when the queues cannot be listed (the database is out of reach).
+func (s *Server) scopedTotals(ctx context.Context, sc Scope, snap history.Snapshot) (pushed, consumed history.Series) {
+	pushed, consumed = make(history.Series, len(snap.At)), make(history.Series, len(snap.At))
+	at := make(map[time.Time]int, len(snap.At))
+	for k, t := range snap.At {
+		at[t] = k
+		if math.IsNaN(snap.Pushed[k]) {
+			pushed[k], consumed[k] = math.NaN(), math.NaN()
+		}
+	}
+	var names []string
+	if s.ready.Load() {
+		ctx, cancel := s.store.Bound(ctx)
+		defer cancel()
+		var err error
+		if names, err = s.readableQueues(ctx, sc); err != nil {
+			names = nil
+			for k := range pushed {
+				pushed[k], consumed[k] = math.NaN(), math.NaN()
+			}
+		}
+	}
+	for _, name := range names {
+		q := s.history.Snapshot(name)
+		if q.Queue == nil {
+			continue // not sampled: new, or past the bound of queues kept
+		}
+		for i, t := range q.At {
+			if k, ok := at[t]; ok {
+				pushed[k] += q.Queue.Pushed[i]
+				consumed[k] += q.Queue.Consumed[i]
+			}
+		}
+	}
+	return pushed, consumed
 }

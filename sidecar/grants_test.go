@@ -44,17 +44,14 @@ func startAppSidecar(t *testing.T, ctx context.Context) *appSidecar {
 	return a
 }
 
-// migrate migrates the schema as its owner, gives the role what the calls
-// that no grant decides yet need, and runs grants (SQL, %[1]s the role).
+// migrate migrates the schema as its owner and runs grants (SQL, %[1]s
+// the role). The role is given no privilege on the schema's tables.
 func (a *appSidecar) migrate(t *testing.T, ctx context.Context, grants ...string) {
 	t.Helper()
 	conn := a.owner(t, ctx)
 	if err := schema.Migrate(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
-	r := pgx.Identifier{a.role}.Sanitize()
-	a.exec(t, ctx, "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA queenside TO "+r,
-		"GRANT USAGE ON ALL SEQUENCES IN SCHEMA queenside TO "+r)
 	a.exec(t, ctx, grants...)
 	waitFor(t, 20*time.Second, "the sidecar to be ready once the owner migrated", func() bool {
 		return a.sc.health(t).Status == protocol.HealthOK

@@ -47,7 +47,8 @@ func (s *Server) HTTPHandler() http.Handler {
 }
 
 // withProfiling adds Go's profiling endpoints under /debug/pprof/, for
-// admin tokens only: a profile shows the process's memory, and its command
+// admin tokens only, and of those only the ones that may read and manage
+// every queue: a profile shows the process's memory, and its command
 // line the database URL. That command line is shown with the URL's
 // password redacted all the same.
 func (s *Server) withProfiling(next http.Handler) http.Handler {
@@ -61,7 +62,8 @@ func (s *Server) withProfiling(next http.Handler) http.Handler {
 	return mux
 }
 
-// profilingOnly lets a request through only with an admin token.
+// profilingOnly lets a request through only with an admin token whose
+// scope is every right on every queue.
 func (s *Server) profilingOnly(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if len(s.opts.Tokens.Admin) == 0 {
@@ -69,8 +71,14 @@ func (s *Server) profilingOnly(next http.HandlerFunc) http.HandlerFunc {
 				"profiling needs an admin token: start the sidecar with --admin-token-file")
 			return
 		}
-		if _, role := s.opts.Tokens.match(r); role != roleAdmin {
+		a := s.opts.Tokens.access(r)
+		if a.role != roleAdmin {
 			writeAPIError(w, http.StatusForbidden, "forbidden", "profiling needs an admin token: Authorization: Bearer <token>")
+			return
+		}
+		if !a.scope.mayEvery(rightRead) || !a.scope.mayEvery(rightManage) {
+			writeAPIError(w, http.StatusForbidden, "forbidden", fmt.Sprintf(
+				"the token %q may not profile the sidecar: its scope is %s; profiling needs queues=* rights=read,manage", a.name, a.scope))
 			return
 		}
 		next(w, r)

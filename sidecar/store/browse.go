@@ -56,16 +56,13 @@ type GroupPosition struct {
 	Failures       map[int64]int
 }
 
-// PartitionBounds looks a partition up by its queue's name and its own.
-// The name is resolved first, then the partition read by its id alone: on
-// Citus that read goes to the partition's shard only.
+// PartitionBounds looks a partition up by its queue's name and its own
+// (queenside.partition_bounds, which needs read on the queue).
 func (s *Store) PartitionBounds(ctx context.Context, queue, partition string) (PartitionBounds, error) {
 	var b PartitionBounds
-	var id *int64
-	err := s.pool.QueryRow(ctx, `
-		SELECT q.id, n.id FROM queenside.queues q
-		  LEFT JOIN queenside.partition_names n ON n.queue_id = q.id AND n.name = $2
-		 WHERE q.name = $1`, queue, partition).Scan(&b.QueueID, &id)
+	var id, first, head *int64
+	err := s.pool.QueryRow(ctx, "SELECT o_queue_id, o_partition_id, o_first, o_head FROM queenside.partition_bounds($1, $2)",
+		queue, partition).Scan(&b.QueueID, &id, &first, &head)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, fmt.Errorf("%w: %s", ErrQueueNotFound, queue)
 	}
@@ -75,27 +72,27 @@ func (s *Store) PartitionBounds(ctx context.Context, queue, partition string) (P
 	if id == nil {
 		return b, fmt.Errorf("%w: partition %q of %s", ErrPartitionNotFound, partition, queue)
 	}
-	b.ID = *id
-	err = s.pool.QueryRow(ctx, `
-		SELECT p.next_offset, coalesce((SELECT s.base_offset FROM queenside.segments s
-		                                 WHERE s.partition_id = $1
-		                                 ORDER BY s.last_offset LIMIT 1), p.next_offset)
-		  FROM queenside.partitions p WHERE p.id = $1`, b.ID).Scan(&b.Head, &b.First)
-	if err != nil {
-		return b, fmt.Errorf("partition %s of %s: %w", partition, queue, err)
+	if first == nil || head == nil {
+		return b, fmt.Errorf("partition %s of %s: %w", partition, queue, pgx.ErrNoRows)
 	}
+	b.ID, b.First, b.Head = *id, *first, *head
 	return b, nil
 }
 
 // OffsetAt is the first offset of partition committed at or after at (the
-// head when none is): first_offset_at's binary search over segments_pkey.
+// head when none is): first_offset_at's binary search over segments_pkey
+// (queenside.offset_at, which needs read on the partition's queue).
 func (s *Store) OffsetAt(ctx context.Context, partitionID int64, at time.Time) (int64, error) {
 	var off int64
-	if err := s.pool.QueryRow(ctx, "SELECT queenside.first_offset_at($1, $2)", partitionID, at).Scan(&off); err != nil {
+	if err := s.pool.QueryRow(ctx, "SELECT queenside.offset_at($1, $2)", partitionID, at).Scan(&off); err != nil {
 		return 0, fmt.Errorf("offset at %s: %w", at.Format(time.RFC3339), err)
 	}
 	return off, nil
 }
+
+// pageSQL, dedupSQL and scanSQL are the statements queenside.message_page
+// and queenside.find_transaction run, their arguments numbered here: the
+// test of their plans (browse_test.go) explains them as the owner.
 
 // pageSQL reads the messages of partition $1 from offset $2, at most $3,
 // with the payloads of at most $4 bytes. The segments read are those whose
@@ -118,9 +115,11 @@ SELECT greatest($2, s.base_offset) + u.i - 1, s.committed_at, u.mid, u.txid, u.t
  ORDER BY 1`
 
 // Messages reads up to limit messages of a partition from offset from on,
-// in offset order, with the payloads of at most maxPayload bytes.
+// in offset order, with the payloads of at most maxPayload bytes
+// (queenside.message_page, which needs read on the partition's queue).
 func (s *Store) Messages(ctx context.Context, partitionID, from int64, limit, maxPayload int) ([]StoredMessage, error) {
-	rows, err := s.pool.Query(ctx, pageSQL, partitionID, from, limit, maxPayload)
+	rows, err := s.pool.Query(ctx, `SELECT o_offset, o_committed_at, o_message_id, o_transaction_id, o_trace_id,
+		o_headers, o_payload_bytes, o_payload FROM queenside.message_page($1, $2, $3, $4)`, partitionID, from, limit, maxPayload)
 	if err != nil {
 		return nil, fmt.Errorf("messages from %d: %w", from, err)
 	}
@@ -170,62 +169,43 @@ SELECT s.base_offset + u.i - 1
 // FindTransaction finds the newest retained message of a partition with
 // transaction id txid. The kept hashes answer for the messages of their
 // window (an index probe); beyond it, the last scan messages are searched,
-// newest first. byDedup says which answered.
+// newest first. byDedup says which answered (queenside.find_transaction,
+// which needs read on the partition's queue).
 func (s *Store) FindTransaction(ctx context.Context, b PartitionBounds, txid string, scan int64) (offset int64, found, byDedup bool, err error) {
-	err = s.pool.QueryRow(ctx, dedupSQL, b.ID, TransactionHash(txid)).Scan(&offset)
-	switch {
-	case err == nil:
-		// The hash is the id's, but the message may have been deleted by
-		// retention since: it counts only when it is still there.
-		msgs, err := s.Messages(ctx, b.ID, offset, 1, 0)
-		if err != nil {
-			return 0, false, false, err
-		}
-		if len(msgs) == 1 && msgs[0].Offset == offset && msgs[0].TransactionID == txid {
-			return offset, true, true, nil
-		}
-	case !errors.Is(err, pgx.ErrNoRows):
-		return 0, false, false, fmt.Errorf("find transaction: %w", err)
-	}
-	err = s.pool.QueryRow(ctx, scanSQL, b.ID, txid, max(b.Head-scan, b.First)).Scan(&offset)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, false, nil
-	}
+	var off *int64
+	err = s.pool.QueryRow(ctx, "SELECT o_offset, o_by_dedup FROM queenside.find_transaction($1, $2, $3)",
+		b.ID, txid, max(b.Head-scan, b.First)).Scan(&off, &byDedup)
 	if err != nil {
 		return 0, false, false, fmt.Errorf("find transaction: %w", err)
 	}
-	return offset, true, false, nil
+	if off == nil {
+		return 0, false, false, nil
+	}
+	return *off, true, byDedup, nil
 }
 
-// GroupPosition reads a group's cursor and live lease in a partition.
+// GroupPosition reads a group's cursor and live lease in a partition
+// (queenside.group_position, which needs read on the partition's queue).
 func (s *Store) GroupPosition(ctx context.Context, b PartitionBounds, group string) (GroupPosition, error) {
 	pos := GroupPosition{Group: group, Acked: []int64{}, Failures: map[int64]int{}}
-	var groupID int64
-	err := s.pool.QueryRow(ctx, "SELECT id FROM queenside.groups WHERE queue_id = $1 AND name = $2",
-		b.QueueID, group).Scan(&groupID)
+	var groupID, cursor *int64
+	var leased *bool
+	var from, to *int64
+	var acked, failOffsets []int64
+	var failCounts []int32
+	err := s.pool.QueryRow(ctx, `SELECT o_group_id, o_cursor, o_leased, o_lease_from, o_lease_to, o_lease_expires_at,
+		o_acked, o_fail_offsets, o_fail_counts FROM queenside.group_position($1, $2)`, b.ID, group).
+		Scan(&groupID, &cursor, &leased, &from, &to, &pos.LeaseExpiresAt, &acked, &failOffsets, &failCounts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return pos, fmt.Errorf("%w: %q", ErrGroupNotFound, group)
 	}
 	if err != nil {
 		return pos, fmt.Errorf("group %q: %w", group, err)
 	}
-	var from, to *int64
-	var failOffsets []int64
-	var failCounts []int32
-	err = s.pool.QueryRow(ctx, `
-		SELECT `+cursorPosition+`, c.lease_id IS NOT NULL AND c.lease_expires_at > now(),
-		       c.lease_from, c.lease_to, c.lease_expires_at, coalesce(c.lease_done, '{}'), c.fail_offsets, c.fail_counts
-		  FROM queenside.cursors c
-		  JOIN queenside.groups g ON g.id = c.group_id
-		  JOIN queenside.partitions p ON p.id = c.partition_id
-		 WHERE c.partition_id = $1 AND p.id = $1 AND c.group_id = $2`, b.ID, groupID).
-		Scan(&pos.Cursor, &pos.Leased, &from, &to, &pos.LeaseExpiresAt, &pos.Acked, &failOffsets, &failCounts)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if cursor == nil {
 		return pos, fmt.Errorf("%w: %q has no cursor in this partition", ErrGroupNotFound, group)
 	}
-	if err != nil {
-		return pos, fmt.Errorf("group %q: %w", group, err)
-	}
+	pos.Cursor, pos.Leased, pos.Acked = *cursor, leased != nil && *leased, acked
 	if pos.Leased && from != nil && to != nil {
 		pos.LeaseFrom, pos.LeaseTo = *from, *to
 	} else {

@@ -28,11 +28,7 @@ type Control struct {
 func (s *Store) ReadControl(ctx context.Context) (Control, error) {
 	c := Control{Paused: map[string]bool{}, Encrypted: map[string]bool{}}
 	var paused, encrypted []string
-	err := s.pool.QueryRow(ctx, `
-		SELECT m.push, m.pop, m.push_since, m.pop_since,
-		       coalesce((SELECT array_agg(q.name) FROM queenside.queues q WHERE q.consumption_paused), '{}'),
-		       coalesce((SELECT array_agg(q.name) FROM queenside.queues q WHERE q.encrypt_payloads), '{}')
-		  FROM queenside.maintenance m`).Scan(&c.Maintenance.Push, &c.Maintenance.Pop,
+	err := s.pool.QueryRow(ctx, `SELECT * FROM queenside.control_state()`).Scan(&c.Maintenance.Push, &c.Maintenance.Pop,
 		&c.Maintenance.PushSince, &c.Maintenance.PopSince, &paused, &encrypted)
 	if err != nil {
 		return c, fmt.Errorf("read the control state: %w", err)
@@ -51,17 +47,10 @@ func (s *Store) ReadControl(ctx context.Context) (Control, error) {
 // state turned on keeps the time it was first turned on.
 func (s *Store) SetMaintenance(ctx context.Context, push, pop *bool) (protocol.MaintenanceState, error) {
 	var m protocol.MaintenanceState
-	err := s.pool.QueryRow(ctx, `
-		WITH done AS (
-			UPDATE queenside.maintenance SET
-				push = coalesce($1, push),
-				pop = coalesce($2, pop),
-				push_since = CASE WHEN coalesce($1, push) THEN coalesce(push_since, now()) END,
-				pop_since = CASE WHEN coalesce($2, pop) THEN coalesce(pop_since, now()) END
-			RETURNING push, pop, push_since, pop_since)
-		SELECT push, pop, push_since, pop_since,
-		       (SELECT count(*) FROM (SELECT pg_notify('`+WakeChannel+`', '`+ControlPayload+`')) n)
-		  FROM done`, push, pop).Scan(&m.Push, &m.Pop, &m.PushSince, &m.PopSince, new(int64))
+	// queenside.set_maintenance checks manage on '*' (every queue), and
+	// notifies in the update's transaction.
+	err := s.pool.QueryRow(ctx, `SELECT o_push, o_pop, o_push_since, o_pop_since FROM queenside.set_maintenance($1, $2)`,
+		push, pop).Scan(&m.Push, &m.Pop, &m.PushSince, &m.PopSince)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, errors.New("set maintenance: the maintenance row is missing")
 	}

@@ -66,35 +66,21 @@ type SidecarSession struct {
 	ClientAddrs []string  `json:"clientAddrs"`
 }
 
-// queueTotals sums a queue's partitions and cursors, from queueTotalsFrom.
-const queueTotals = `
-	coalesce(pt.n, 0), coalesce(pt.retained, 0), coalesce(pt.pushed, 0), coalesce(ct.consumed, 0),
-	(SELECT count(*) FROM queenside.groups g WHERE g.queue_id = q.id)`
+// queueSummaryColumns are queenside.queue_summaries' columns, in
+// QueueSummary's order (scanQueueSummary).
+const queueSummaryColumns = `o_queue, o_partitions, o_messages, o_pushed, o_consumed, o_groups,
+	o_lease_seconds, o_retry_limit, o_dedup_window_seconds, o_retention_seconds, o_completed_retention_seconds,
+	o_delay_seconds, o_consumption_paused, o_encrypt_payloads, o_max_deliveries`
 
-// queueTotalsFrom is the queues q that where (on q) names, with their
-// partitions and cursors summed by queue apart and joined to them: on
-// Citus a table read whole on every node (queues) may not be joined
-// outward to one spread over shards.
-func queueTotalsFrom(where string) string {
-	return `
-	FROM queenside.queues q
-	LEFT JOIN (
-		SELECT p.queue_id, count(*) AS n, sum(p.next_offset)::bigint AS pushed,
-		       sum(p.next_offset - coalesce((SELECT sg.base_offset FROM queenside.segments sg
-		                                      WHERE sg.partition_id = p.id
-		                                      ORDER BY sg.last_offset LIMIT 1), p.next_offset))::bigint AS retained
-		  FROM queenside.partitions p JOIN queenside.queues q ON q.id = p.queue_id ` + where + `
-		 GROUP BY p.queue_id) pt ON pt.queue_id = q.id
-	LEFT JOIN (
-		SELECT g.queue_id, sum(coalesce(c.committed, 0))::bigint AS consumed
-		  FROM queenside.cursors c JOIN queenside.groups g ON g.id = c.group_id
-		  JOIN queenside.queues q ON q.id = g.queue_id ` + where + `
-		 GROUP BY g.queue_id) ct ON ct.queue_id = q.id ` + where
+func scanQueueSummary(row pgx.Row, q *QueueSummary) error {
+	return row.Scan(append([]any{&q.Queue, &q.Partitions, &q.Messages, &q.Pushed, &q.Consumed, &q.Groups},
+		scanOptions(&q.Options)...)...)
 }
 
-// QueueSummaries lists every queue with its totals.
+// QueueSummaries lists every queue the role may read with its totals
+// (queenside.queue_summaries).
 func (s *Store) QueueSummaries(ctx context.Context) ([]QueueSummary, error) {
-	rows, err := s.pool.Query(ctx, `SELECT q.name, `+queueTotals+`, `+optionColumns+queueTotalsFrom("")+` ORDER BY q.name`)
+	rows, err := s.pool.Query(ctx, "SELECT "+queueSummaryColumns+" FROM queenside.queue_summaries()")
 	if err != nil {
 		return nil, fmt.Errorf("queue summaries: %w", err)
 	}
@@ -102,23 +88,23 @@ func (s *Store) QueueSummaries(ctx context.Context) ([]QueueSummary, error) {
 	out := []QueueSummary{}
 	for rows.Next() {
 		var q QueueSummary
-		if err := rows.Scan(append([]any{&q.Queue, &q.Partitions, &q.Messages, &q.Pushed, &q.Consumed, &q.Groups},
-			scanOptions(&q.Options)...)...); err != nil {
+		if err := scanQueueSummary(rows, &q); err != nil {
 			return nil, fmt.Errorf("queue summaries: %w", err)
 		}
 		out = append(out, q)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queue summaries: %w", err)
+	}
+	return out, nil
 }
 
-// QueueSummary is one queue's totals and its groups.
+// QueueSummary is one queue's totals and its groups
+// (queenside.queue_summaries and queenside.group_summaries, which need
+// read on the queue).
 func (s *Store) QueueSummary(ctx context.Context, queue string) (QueueSummary, []GroupSummary, error) {
 	var q QueueSummary
-	var queueID int64
-	err := s.pool.QueryRow(ctx, `SELECT q.id, q.name, `+queueTotals+`, `+optionColumns+
-		queueTotalsFrom("WHERE q.name = $1"), queue).
-		Scan(append([]any{&queueID, &q.Queue, &q.Partitions, &q.Messages, &q.Pushed, &q.Consumed, &q.Groups},
-			scanOptions(&q.Options)...)...)
+	err := scanQueueSummary(s.pool.QueryRow(ctx, "SELECT "+queueSummaryColumns+" FROM queenside.queue_summaries($1)", queue), &q)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return q, nil, fmt.Errorf("%w: %s", ErrQueueNotFound, queue)
 	}
@@ -127,20 +113,7 @@ func (s *Store) QueueSummary(ctx context.Context, queue string) (QueueSummary, [
 	}
 	// Lag as in Groups: what the cursors have not passed, a cursor not
 	// positioned yet counting from where its subscription starts.
-	rows, err := s.pool.Query(ctx, `
-		SELECT g.name, coalesce(l.lag, 0)::bigint, coalesce(l.consumed, 0)::bigint, coalesce(l.leased, 0), l.oldest
-		  FROM queenside.groups g
-		  LEFT JOIN (SELECT c.group_id, sum(greatest(p.next_offset - `+cursorPosition+`, 0)) AS lag,
-		                    sum(c.committed) AS consumed,
-		                    count(*) FILTER (WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()) AS leased,
-		                    min(c.head_at) FILTER (WHERE c.committed < p.next_offset) AS oldest
-		               FROM queenside.cursors c
-		               JOIN queenside.partitions p ON p.id = c.partition_id
-		               JOIN queenside.groups g ON g.id = c.group_id
-		              WHERE g.queue_id = $1
-		              GROUP BY c.group_id) l ON l.group_id = g.id
-		 WHERE g.queue_id = $1
-		 ORDER BY g.name`, queueID)
+	rows, err := s.pool.Query(ctx, "SELECT o_group, o_lag, o_consumed, o_leased, o_oldest FROM queenside.group_summaries($1)", queue)
 	if err != nil {
 		return q, nil, fmt.Errorf("queue summary %s: groups: %w", queue, err)
 	}
@@ -153,52 +126,51 @@ func (s *Store) QueueSummary(ctx context.Context, queue string) (QueueSummary, [
 		}
 		groups = append(groups, g)
 	}
-	return q, groups, rows.Err()
+	if err := rows.Err(); err != nil {
+		return q, nil, fmt.Errorf("queue summary %s: groups: %w", queue, err)
+	}
+	return q, groups, nil
 }
 
 // PartitionPage is up to limit partitions of a queue in name order, after
 // the name after ("" from the first), whose names start with prefix. next
-// is the after of the following page, "" on the last.
+// is the after of the following page, "" on the last
+// (queenside.partition_page and queenside.cursor_stats, which need read on
+// the queue).
 func (s *Store) PartitionPage(ctx context.Context, queue, after, prefix string, limit int) (page []PartitionSummary, next string, err error) {
-	var queueID int64
-	err = s.pool.QueryRow(ctx, "SELECT id FROM queenside.queues WHERE name = $1", queue).Scan(&queueID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, "", fmt.Errorf("%w: %s", ErrQueueNotFound, queue)
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("partitions of %s: %w", queue, err)
-	}
-	// The (queue_id, name) index hands the names over in order, from
-	// after on. One more row than asked says whether another page follows.
-	rows, err := s.pool.Query(ctx, `
-		SELECT p.id, p.name, p.next_offset,
-		       p.next_offset - coalesce((SELECT sg.base_offset FROM queenside.segments sg
-		                                  WHERE sg.partition_id = p.id
-		                                  ORDER BY sg.last_offset LIMIT 1), p.next_offset),
-		       p.last_committed_at
-		  FROM queenside.partitions p
-		 WHERE p.queue_id = $1 AND p.name > $2 AND starts_with(p.name, $3)
-		 ORDER BY p.name LIMIT $4`, queueID, after, prefix, limit+1)
+	// One more row than asked says whether another page follows.
+	rows, err := s.pool.Query(ctx, `SELECT o_partition_id, o_partition, o_head, o_messages, o_last_committed_at
+		FROM queenside.partition_page($1, $2, $3, $4)`, queue, after, prefix, limit+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("partitions of %s: %w", queue, err)
 	}
 	var ids []int64
 	byID := map[int64]int{}
 	page = []PartitionSummary{}
+	found := false
 	for rows.Next() {
-		var id int64
+		found = true
+		var id, head, messages *int64
+		var name *string
 		p := PartitionSummary{Groups: []CursorSummary{}}
-		if err := rows.Scan(&id, &p.Partition, &p.HeadOffset, &p.Messages, &p.LastCommittedAt); err != nil {
+		if err := rows.Scan(&id, &name, &head, &messages, &p.LastCommittedAt); err != nil {
 			rows.Close()
 			return nil, "", fmt.Errorf("partitions of %s: %w", queue, err)
 		}
-		byID[id] = len(page)
-		ids = append(ids, id)
+		if id == nil { // the queue, without such partitions
+			continue
+		}
+		p.Partition, p.HeadOffset, p.Messages = *name, *head, *messages
+		byID[*id] = len(page)
+		ids = append(ids, *id)
 		page = append(page, p)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("partitions of %s: %w", queue, err)
+	}
+	if !found {
+		return nil, "", fmt.Errorf("%w: %s", ErrQueueNotFound, queue)
 	}
 	if len(page) > limit {
 		delete(byID, ids[limit])
@@ -208,13 +180,8 @@ func (s *Store) PartitionPage(ctx context.Context, queue, after, prefix string, 
 	if len(ids) == 0 {
 		return page, next, nil
 	}
-	rows, err = s.pool.Query(ctx, `
-		SELECT c.partition_id, g.name, `+cursorPosition+`,
-		       CASE WHEN c.lease_id IS NOT NULL AND c.lease_expires_at > now() THEN c.lease_expires_at END
-		  FROM queenside.cursors c JOIN queenside.groups g ON g.id = c.group_id
-		  JOIN queenside.partitions p ON p.id = c.partition_id
-		 WHERE c.partition_id = ANY($1) AND p.id = ANY($1)
-		 ORDER BY g.name`, ids)
+	rows, err = s.pool.Query(ctx, "SELECT o_partition_id, o_group, o_cursor, o_lease_expires_at FROM queenside.cursor_stats($1, $2)",
+		queue, ids)
 	if err != nil {
 		return nil, "", fmt.Errorf("partitions of %s: cursors: %w", queue, err)
 	}
@@ -225,17 +192,27 @@ func (s *Store) PartitionPage(ctx context.Context, queue, after, prefix string, 
 		if err := rows.Scan(&id, &c.Group, &c.Cursor, &c.LeaseExpiresAt); err != nil {
 			return nil, "", fmt.Errorf("partitions of %s: cursors: %w", queue, err)
 		}
-		p := &page[byID[id]]
+		i, ok := byID[id]
+		if !ok {
+			continue
+		}
+		p := &page[i]
 		c.Leased = c.LeaseExpiresAt != nil
 		// As stats counts it: a cursor behind retention skips what is gone.
 		c.Lag = max(p.HeadOffset-max(c.Cursor, p.HeadOffset-p.Messages), 0)
 		p.Groups = append(p.Groups, c)
 	}
-	return page, next, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("partitions of %s: cursors: %w", queue, err)
+	}
+	return page, next, nil
 }
 
 // SidecarSessions lists the sidecars connected to this database now, by
 // the application name each gives its sessions ("queenside/<sidecar id>").
+// It reads no table of queenside's. A role without pg_read_all_stats sees
+// the start and address of its own sessions only: Since is zero, and the
+// address 'local', for a sidecar logged in as another role.
 func (s *Store) SidecarSessions(ctx context.Context) (serverVersion string, sidecars []SidecarSession, err error) {
 	if err := s.pool.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&serverVersion); err != nil {
 		return "", nil, fmt.Errorf("server version: %w", err)
@@ -253,8 +230,12 @@ func (s *Store) SidecarSessions(ctx context.Context) (serverVersion string, side
 	sidecars = []SidecarSession{}
 	for rows.Next() {
 		var sc SidecarSession
-		if err := rows.Scan(&sc.Name, &sc.Connections, &sc.Since, &sc.ClientAddrs); err != nil {
+		var since *time.Time // NULL for a role that may not see the sessions' details
+		if err := rows.Scan(&sc.Name, &sc.Connections, &since, &sc.ClientAddrs); err != nil {
 			return serverVersion, nil, fmt.Errorf("sidecar sessions: %w", err)
+		}
+		if since != nil {
+			sc.Since = *since
 		}
 		sc.SidecarID, _ = strings.CutPrefix(sc.Name, applicationName+"/")
 		if sc.SidecarID == sc.Name {

@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// DedupWindows returns every queue's deduplication window. A window of 0
-// (dedup off) is included: replay cannot tell a copy that reached the
-// database in such a queue at all.
+// DedupWindows returns the deduplication window of every queue the role
+// touches. A window of 0 (dedup off) is included: replay cannot tell a
+// copy that reached the database in such a queue at all.
 func (s *Store) DedupWindows(ctx context.Context) (map[string]time.Duration, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name, dedup_window_seconds FROM queenside.queues`)
+	rows, err := s.pool.Query(ctx, `SELECT * FROM queenside.dedup_windows()`)
 	if err != nil {
 		return nil, fmt.Errorf("dedup windows: %w", err)
 	}

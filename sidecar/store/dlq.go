@@ -15,24 +15,16 @@ import (
 // queue's (the dashboard's view; the dlq op always names one).
 func (s *Store) DLQ(ctx context.Context, a protocol.DLQArgs) (protocol.DLQResult, error) {
 	res := protocol.DLQResult{Entries: []protocol.DLQEntry{}}
-	// The queue's condition is left out rather than made optional, so that
-	// a listing of one queue always reads the (queue_name, id) index.
-	byQueue := "$1 = ''"
 	if a.Queue != "" {
-		if err := s.queueExists(ctx, a.Queue); err != nil {
+		if err := s.queueExists(ctx, a.Queue, "read"); err != nil {
 			return res, err
 		}
-		byQueue = "queue_name = $1"
 	}
-	f := a.Filter()
-	// One more than asked says whether another page follows.
-	rows, err := s.pool.Query(ctx, `
-		SELECT id, queue_name, partition_name, group_name, msg_offset, message_id, transaction_id, payload,
-		       coalesce(error, ''), failures, committed_at, dead_at, replayed_at,
-		       replay_message_id, replay_transaction_id, replay_offset
-		  FROM queenside.dead_letters
-		 WHERE `+byQueue+` AND `+dlqFilterSQL+` AND id > $7
-		 ORDER BY id LIMIT $8`, append(dlqFilterArgs(f), a.AfterID, a.Limit+1)...)
+	// queenside.dlq_list checks read on the queue, or lists the queues the
+	// role may read for "". One more than asked says whether another page
+	// follows.
+	rows, err := s.pool.Query(ctx, `SELECT * FROM queenside.dlq_list($1, $2, $3, $4, $5, $6, $7, $8)`,
+		append(dlqFilterArgs(a.Filter()), a.AfterID, a.Limit+1)...)
 	if err != nil {
 		return res, fmt.Errorf("dlq %s: %w", a.Queue, err)
 	}
@@ -54,8 +46,8 @@ func (s *Store) DLQ(ctx context.Context, a protocol.DLQArgs) (protocol.DLQResult
 	}
 	if a.Count {
 		var count, replayed int64
-		err := s.pool.QueryRow(ctx, `SELECT count(*), count(replayed_at) FROM queenside.dead_letters
-			WHERE `+byQueue+` AND `+dlqFilterSQL, dlqFilterArgs(f)...).Scan(&count, &replayed)
+		err := s.pool.QueryRow(ctx, `SELECT o_count, o_replayed FROM queenside.dlq_count($1, $2, $3, $4, $5, $6)`,
+			dlqFilterArgs(a.Filter())...).Scan(&count, &replayed)
 		if err != nil {
 			return res, fmt.Errorf("dlq %s: count: %w", a.Queue, err)
 		}

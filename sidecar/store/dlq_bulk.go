@@ -16,35 +16,38 @@ import (
 // replay in one transaction with the marks, deletion, and the counts by
 // error.
 
-// dlqFilterSQL is a protocol.DLQFilter's condition on queenside.dead_letters
-// after the queue's, with dlqFilterArgs as $2..$6. A queue's listing reads
-// the (queue_name, id) index in id order; the other conditions filter it.
-const dlqFilterSQL = `($2::text IS NULL OR group_name = $2) AND ($3::text IS NULL OR partition_name = $3)
-	AND ($4 = '' OR strpos(coalesce(error, ''), $4) > 0)
-	AND ($5::timestamptz IS NULL OR dead_at >= $5) AND ($6::timestamptz IS NULL OR dead_at < $6)`
-
-// dlqFilterArgs are $1..$6: the queue and dlqFilterSQL's.
+// dlqFilterArgs are a protocol.DLQFilter as the queenside.dlq_* functions
+// take it: the queue ("" for every queue where a function allows it), the
+// group and partition (NULL: any), a substring of the error ("": any), and
+// the bounds of the time of death (NULL: none).
 func dlqFilterArgs(f protocol.DLQFilter) []any {
 	return []any{f.Queue, f.Group, f.Partition, f.ErrorContains, f.DeadFrom, f.DeadTo}
+}
+
+// dlqSelectionArgs are a selection as queenside.dlq_entries and dlq_delete
+// take it: the ids (NULL for a filter), the filter, where the batch starts
+// and its size.
+func dlqSelectionArgs(sel protocol.DLQSelection, limit int) []any {
+	var ids []int64
+	if !sel.ByFilter() {
+		ids = sel.IDs
+	}
+	return append(append([]any{ids}, dlqFilterArgs(sel.DLQFilter)...), sel.AfterID, limit)
 }
 
 // DeadLetters reads the entries a selection names: those of its ids that
 // exist, or the next batch of its filter in id order. next is where the
 // batch after starts, nil when this one is the last.
 func (s *Store) DeadLetters(ctx context.Context, sel protocol.DLQSelection) (_ []DeadLetter, next *int64, _ error) {
-	const columns = `SELECT id, partition_id, queue_name, partition_name, message_id, payload, trace_id, headers,
-		replayed_at IS NOT NULL FROM queenside.dead_letters`
-	var rows pgx.Rows
-	var err error
 	if sel.ByFilter() {
-		if err := s.queueExists(ctx, sel.Queue); err != nil {
+		if err := s.queueExists(ctx, sel.Queue, "manage"); err != nil {
 			return nil, nil, err
 		}
-		rows, err = s.pool.Query(ctx, columns+` WHERE queue_name = $1 AND `+dlqFilterSQL+` AND id > $7
-			ORDER BY id LIMIT $8`, append(dlqFilterArgs(sel.DLQFilter), sel.AfterID, sel.Limit+1)...)
-	} else {
-		rows, err = s.pool.Query(ctx, columns+` WHERE id = ANY($1) ORDER BY id`, sel.IDs)
 	}
+	// queenside.dlq_entries checks manage: on the filter's queue, or, by
+	// ids, on the queue of each entry (dlq_manageable says how).
+	rows, err := s.pool.Query(ctx, `SELECT * FROM queenside.dlq_entries($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		dlqSelectionArgs(sel, sel.Limit+1)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dlq: read entries: %w", err)
 	}
@@ -128,10 +131,7 @@ func (s *Store) replayDeadLetters(ctx context.Context, dls []DeadLetter, msgs []
 				offsets, ats = append(offsets, o.Offset), append(ats, o.CommittedAt)
 			}
 		}
-		marks.Queue(`UPDATE queenside.dead_letters d
-			SET replayed_at = m.at, replay_message_id = m.mid, replay_transaction_id = m.tx, replay_offset = m.off
-			FROM unnest($2::bigint[], $3::uuid[], $4::text[], $5::bigint[], $6::timestamptz[]) AS m(id, mid, tx, off, at)
-			WHERE d.partition_id = $1 AND d.id = m.id`, pid, ids, mids, txs, offsets, ats)
+		marks.Queue(`SELECT queenside.dlq_mark_replayed($1, $2, $3, $4, $5, $6)`, pid, ids, mids, txs, offsets, ats)
 	}
 	for k, i := range positions {
 		out[i] = &outcomes[k]
@@ -161,9 +161,7 @@ func lockDeadLetters(ctx context.Context, tx pgx.Tx, dls []DeadLetter, again boo
 				ids = append(ids, d.ID)
 			}
 		}
-		lock.Queue(`SELECT id FROM queenside.dead_letters
-			WHERE partition_id = $1 AND id = ANY($2) AND ($3 OR replayed_at IS NULL)
-			ORDER BY id FOR UPDATE`, pid, ids, again)
+		lock.Queue(`SELECT * FROM queenside.dlq_lock($1, $2, $3)`, pid, ids, again)
 	}
 	br := tx.SendBatch(ctx, lock)
 	defer br.Close()
@@ -200,43 +198,22 @@ func partitionOrder[T any](items []T, partition func(T) int64) []int64 {
 // no statement holds more rows locked). next is where the batch after
 // starts, nil when this one was the last.
 func (s *Store) DeleteDeadLetters(ctx context.Context, sel protocol.DLQSelection) (deleted int, next *int64, _ error) {
-	batch, args := `SELECT partition_id, id FROM queenside.dead_letters WHERE id = ANY($1)`, []any{sel.IDs}
 	if sel.ByFilter() {
-		if err := s.queueExists(ctx, sel.Queue); err != nil {
+		if err := s.queueExists(ctx, sel.Queue, "manage"); err != nil {
 			return 0, nil, err
 		}
-		batch = `SELECT partition_id, id FROM queenside.dead_letters
-			WHERE queue_name = $1 AND ` + dlqFilterSQL + ` AND id > $7 ORDER BY id LIMIT $8`
-		args = append(dlqFilterArgs(sel.DLQFilter), sel.AfterID, sel.Limit)
 	}
-	// The batch is read, then deleted by its keys, its partitions naming
-	// the shards: on Citus a statement that modifies several shards can
-	// neither read them in a CTE nor go unpruned (R1).
-	err := s.inTx(ctx, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, batch, args...)
-		if err != nil {
-			return err
-		}
-		var pids, ids []int64
-		var pid, id int64
-		if _, err := pgx.ForEachRow(rows, []any{&pid, &id}, func() error {
-			pids, ids = append(pids, pid), append(ids, id)
-			return nil
-		}); err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if sel.ByFilter() && len(ids) == sel.Limit { // a full batch: more may follow
-			next = &ids[len(ids)-1]
-		}
-		tag, err := tx.Exec(ctx, `DELETE FROM queenside.dead_letters WHERE partition_id = ANY($1) AND id = ANY($2)`, pids, ids)
-		deleted = int(tag.RowsAffected())
-		return err
-	})
+	// queenside.dlq_delete checks manage as dlq_entries does, and reads the
+	// batch and deletes it by its keys in one transaction, its own.
+	var read int
+	var last *int64
+	err := s.pool.QueryRow(ctx, `SELECT o_deleted, o_read, o_last_id FROM queenside.dlq_delete($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		dlqSelectionArgs(sel, sel.Limit)...).Scan(&deleted, &read, &last)
 	if err != nil {
 		return 0, nil, fmt.Errorf("dlq delete: %w", err)
+	}
+	if sel.ByFilter() && read > 0 && read == sel.Limit { // a full batch: more may follow
+		next = last
 	}
 	return deleted, next, nil
 }
@@ -245,14 +222,13 @@ func (s *Store) DeleteDeadLetters(ctx context.Context, sel protocol.DLQSelection
 // group and error, the most frequent first.
 func (s *Store) DLQSummary(ctx context.Context, a protocol.DLQSummaryArgs) ([]protocol.DLQErrorCount, error) {
 	if a.Queue != "" {
-		if err := s.queueExists(ctx, a.Queue); err != nil {
+		if err := s.queueExists(ctx, a.Queue, "read"); err != nil {
 			return nil, err
 		}
 	}
-	rows, err := s.pool.Query(ctx, `SELECT queue_name, group_name, coalesce(error, ''), count(*), count(replayed_at),
-		       min(dead_at), max(dead_at)
-		  FROM queenside.dead_letters WHERE $1 = '' OR queue_name = $1
-		 GROUP BY 1, 2, 3 ORDER BY 4 DESC, 1, 2, 3 LIMIT $2`, a.Queue, a.Limit)
+	// queenside.dlq_summary checks read on the queue, or counts the queues
+	// the role may read for "".
+	rows, err := s.pool.Query(ctx, `SELECT * FROM queenside.dlq_summary($1, $2)`, a.Queue, a.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("dlq summary: %w", err)
 	}

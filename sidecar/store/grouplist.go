@@ -18,28 +18,13 @@ var ErrPartitionNotFound = errors.New("store: partition not found")
 func (s *Store) Groups(ctx context.Context, queue string) (protocol.GroupsResult, error) {
 	res := protocol.GroupsResult{Groups: []protocol.GroupInfo{}}
 	if queue != "" {
-		if err := s.queueExists(ctx, queue); err != nil {
+		if err := s.queueExists(ctx, queue, "read"); err != nil {
 			return res, err
 		}
 	}
-	// The cursors are summed by group apart and joined to the groups: on
-	// Citus a table read whole on every node (groups) may not be joined
-	// outward to one spread over shards (cursors).
-	rows, err := s.pool.Query(ctx, `
-		SELECT q.name, g.name, coalesce(l.lag, 0)::bigint, coalesce(l.leased, 0)::integer, l.oldest
-		  FROM queenside.groups g
-		  JOIN queenside.queues q ON q.id = g.queue_id
-		  LEFT JOIN (SELECT c.group_id, sum(greatest(p.next_offset - `+cursorPosition+`, 0)) AS lag,
-		                    count(*) FILTER (WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()) AS leased,
-		                    min(c.head_at) FILTER (WHERE c.committed < p.next_offset) AS oldest
-		               FROM queenside.cursors c
-		               JOIN queenside.partitions p ON p.id = c.partition_id
-		               JOIN queenside.groups g ON g.id = c.group_id
-		               JOIN queenside.queues q ON q.id = g.queue_id
-		              WHERE $1 = '' OR q.name = $1
-		              GROUP BY c.group_id) l ON l.group_id = g.id
-		 WHERE $1 = '' OR q.name = $1
-		 ORDER BY q.name, g.name`, queue)
+	// queenside.list_groups checks read on the queue, or lists the queues
+	// the role may read for "".
+	rows, err := s.pool.Query(ctx, `SELECT * FROM queenside.list_groups($1)`, queue)
 	if err != nil {
 		return res, fmt.Errorf("groups: %w", err)
 	}
@@ -51,7 +36,10 @@ func (s *Store) Groups(ctx context.Context, queue string) (protocol.GroupsResult
 		}
 		res.Groups = append(res.Groups, g)
 	}
-	return res, rows.Err()
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("groups: %w", err)
+	}
+	return res, nil
 }
 
 // DeleteGroup removes a group and its cursors; its dead letters stay. A
@@ -60,12 +48,7 @@ func (s *Store) Groups(ctx context.Context, queue string) (protocol.GroupsResult
 // with no_data_found once the group is gone, and the id is looked up again.
 func (s *Store) DeleteGroup(ctx context.Context, queue, group string) (bool, error) {
 	var deleted bool
-	err := s.pool.QueryRow(ctx, `
-		WITH gone AS (
-			DELETE FROM queenside.groups g USING queenside.queues q
-			 WHERE g.queue_id = q.id AND q.name = $1 AND g.name = $2
-			RETURNING g.id)
-		SELECT count(*) > 0 FROM gone`, queue, group).Scan(&deleted)
+	err := s.pool.QueryRow(ctx, `SELECT queenside.delete_group($1, $2)`, queue, group).Scan(&deleted) // manage
 	if err != nil {
 		return false, fmt.Errorf("delete group %s/%q: %w", queue, group, err)
 	}

@@ -19,17 +19,7 @@ func (s *Store) Renew(ctx context.Context, leaseIDs []string, seconds int) ([]pr
 	if seconds > 0 {
 		secs = &seconds
 	}
-	// The queue's lease time is read by a subquery, not joined: a stable
-	// expression (now() + an interval) of a joined column is refused by
-	// Citus in an UPDATE (SCALING.md, section 4, R4).
-	return s.eachLease(ctx, leaseIDs, renewing, `
-		UPDATE queenside.cursors c
-		   SET lease_expires_at = greatest(c.lease_expires_at, now() + make_interval(secs => coalesce($4,
-		           (SELECT q.lease_seconds FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
-		             WHERE g.id = $1))))
-		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
-		   AND queenside.consuming($1)
-		RETURNING c.lease_expires_at`, secs)
+	return s.eachLease(ctx, leaseIDs, renewing, `SELECT * FROM queenside.renew_lease($1, $2, $3, $4)`, secs)
 }
 
 // withdraw takes back the leases of pop results that were committed but
@@ -53,29 +43,15 @@ func (s *Store) withdraw(ctx context.Context, results []protocol.PopResult) erro
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := s.eachLease(ctx, ids, freeing, `
-		UPDATE queenside.cursors c
-		   SET lease_id = NULL, lease_done = NULL,
-		       delivered_to = CASE WHEN c.delivered_to[cardinality(c.delivered_to)] = c.lease_to
-		                           THEN trim_array(c.delivered_to, 1) ELSE c.delivered_to END
-		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3
-		RETURNING `+queueOfCursor)
+	_, err := s.eachLease(ctx, ids, freeing, `SELECT * FROM queenside.withdraw_lease($1, $2, $3)`)
 	return err
 }
 
 // Release gives live leases back without charging any retry budget: their
 // unacked messages are deliverable again at once, and waiting pops are woken.
 func (s *Store) Release(ctx context.Context, leaseIDs []string) ([]protocol.LeaseResult, error) {
-	return s.eachLease(ctx, leaseIDs, freeing, `
-		UPDATE queenside.cursors c SET lease_id = NULL, lease_done = NULL
-		 WHERE c.group_id = $1 AND c.partition_id = $2 AND c.lease_id = $3 AND c.lease_expires_at > now()
-		   AND queenside.consuming($1)
-		RETURNING `+queueOfCursor)
+	return s.eachLease(ctx, leaseIDs, freeing, `SELECT * FROM queenside.release_lease($1, $2, $3)`)
 }
-
-// queueOfCursor is the name of the queue of cursor c.
-const queueOfCursor = `(SELECT q.name FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
-		                  WHERE g.id = c.group_id)`
 
 // What a statement of eachLease does to a live lease, and returns for it.
 type leaseChange int

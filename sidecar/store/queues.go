@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,8 +14,10 @@ import (
 // ErrQueueNotFound is returned for a queue that was never created.
 var ErrQueueNotFound = errors.New("store: queue not found")
 
-const optionColumns = `lease_seconds, retry_limit, dedup_window_seconds,
-	retention_seconds, completed_retention_seconds, delay_seconds, consumption_paused, encrypt_payloads, max_deliveries`
+// optionColumns are the options' columns of queenside.configure's and
+// queenside.queue_list's results, in scanOptions' order.
+const optionColumns = `o_lease_seconds, o_retry_limit, o_dedup_window_seconds,
+	o_retention_seconds, o_completed_retention_seconds, o_delay_seconds, o_consumption_paused, o_encrypt_payloads, o_max_deliveries`
 
 func scanOptions(o *protocol.QueueOptions) []any {
 	return []any{&o.LeaseSeconds, &o.RetryLimit, &o.DedupWindowSeconds,
@@ -22,28 +25,16 @@ func scanOptions(o *protocol.QueueOptions) []any {
 }
 
 // Configure replaces every option of a queue, creating it if needed, and
-// returns the options now in force. It is announced to every sidecar
-// (ControlPayload) in the same transaction, which then reads the queues'
+// returns the options now in force (queenside.configure, which needs
+// manage on the queue). It is announced to every sidecar (ControlPayload)
+// in the same transaction, which then reads the queues'
 // consumptionPaused and encryptPayloads again. The announcement is its own
 // statement, on no table: on Citus a statement on a table may run on
 // another node, where no sidecar listens.
 func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOptions) (protocol.QueueOptions, error) {
 	var got protocol.QueueOptions
 	var b pgx.Batch
-	b.Queue(`
-		INSERT INTO queenside.queues (name, `+optionColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-		ON CONFLICT (name) DO UPDATE SET
-			lease_seconds = excluded.lease_seconds,
-			retry_limit = excluded.retry_limit,
-			dedup_window_seconds = excluded.dedup_window_seconds,
-			retention_seconds = excluded.retention_seconds,
-			completed_retention_seconds = excluded.completed_retention_seconds,
-			delay_seconds = excluded.delay_seconds,
-			consumption_paused = excluded.consumption_paused,
-			encrypt_payloads = excluded.encrypt_payloads,
-			max_deliveries = excluded.max_deliveries
-		RETURNING `+optionColumns,
+	b.Queue("SELECT "+optionColumns+" FROM queenside.configure($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
 		queue, o.LeaseSeconds, o.RetryLimit, o.DedupWindowSeconds,
 		o.RetentionSeconds, o.CompletedRetentionSeconds, o.DelaySeconds, o.ConsumptionPaused, o.EncryptPayloads, o.MaxDeliveries,
 	).QueryRow(func(row pgx.Row) error { return row.Scan(scanOptions(&got)...) })
@@ -55,11 +46,10 @@ func (s *Store) Configure(ctx context.Context, queue string, o protocol.QueueOpt
 	return got, nil
 }
 
-// Queues lists every queue with its partition count and options.
+// Queues lists every queue the role may read with its partition count and
+// options (queenside.queue_list).
 func (s *Store) Queues(ctx context.Context) ([]protocol.QueueInfo, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT q.name, (SELECT count(*) FROM queenside.partition_names n WHERE n.queue_id = q.id), `+optionColumns+`
-		FROM queenside.queues q ORDER BY q.name`)
+	rows, err := s.pool.Query(ctx, "SELECT o_queue, o_partitions, "+optionColumns+" FROM queenside.queue_list()")
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
@@ -72,45 +62,46 @@ func (s *Store) Queues(ctx context.Context) ([]protocol.QueueInfo, error) {
 		}
 		out = append(out, qi)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	return out, nil
 }
 
 // Stats describes each partition of a queue: the next offset and how many
-// messages are retained. Retention only removes whole segments from the
-// front, so the oldest retained offset is the first segment's base.
+// messages are retained, and each group's cursor, lag and lease there
+// (queenside.partition_stats and queenside.cursor_stats, which need read
+// on the queue).
 func (s *Store) Stats(ctx context.Context, queue string) (protocol.StatsResult, error) {
 	res := protocol.StatsResult{Queue: queue, Partitions: []protocol.PartitionStats{}}
-	var queueID int64
-	err := s.pool.QueryRow(ctx, "SELECT id FROM queenside.queues WHERE name = $1", queue).Scan(&queueID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return res, ErrQueueNotFound
-	}
-	if err != nil {
-		return res, fmt.Errorf("stats %s: %w", queue, err)
-	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT p.name, p.next_offset,
-		       p.next_offset - coalesce((SELECT sg.base_offset FROM queenside.segments sg
-		                                  WHERE sg.partition_id = p.id
-		                                  ORDER BY sg.last_offset LIMIT 1), p.next_offset)
-		FROM queenside.partitions p WHERE p.queue_id = $1 ORDER BY p.name`, queueID)
+	rows, err := s.pool.Query(ctx, "SELECT o_partition, o_head, o_messages FROM queenside.partition_stats($1)", queue)
 	if err != nil {
 		return res, fmt.Errorf("stats %s: %w", queue, err)
 	}
 	defer rows.Close()
 	byName := map[string]int{}
+	found := false
 	for rows.Next() {
-		ps := protocol.PartitionStats{Groups: []protocol.GroupStats{}}
-		if err := rows.Scan(&ps.Partition, &ps.HeadOffset, &ps.Messages); err != nil {
+		found = true
+		var name *string
+		var head, messages *int64
+		if err := rows.Scan(&name, &head, &messages); err != nil {
 			return res, fmt.Errorf("stats %s: %w", queue, err)
 		}
+		if name == nil { // the queue, without partitions
+			continue
+		}
+		ps := protocol.PartitionStats{Partition: *name, HeadOffset: *head, Messages: *messages, Groups: []protocol.GroupStats{}}
 		byName[ps.Partition] = len(res.Partitions)
 		res.Partitions = append(res.Partitions, ps)
 	}
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("stats %s: %w", queue, err)
 	}
-	return res, s.addGroupStats(ctx, queueID, &res, byName)
+	if !found {
+		return res, ErrQueueNotFound
+	}
+	return res, s.addGroupStats(ctx, &res, byName)
 }
 
 // cursorPosition is where cursor c of group g stands in partition p, as
@@ -119,7 +110,9 @@ func (s *Store) Stats(ctx context.Context, queue string) (protocol.StatsResult, 
 // at the first message committed since, where the group's next pop
 // positions it. A look-up of the partition's segments, not a call of
 // first_offset_at: on Citus a function that reads a distributed table
-// cannot be called inside a read of one (SCALING.md, section 4, R6).
+// cannot be called inside a read of one (SCALING.md, section 4, R6). The
+// functions of version 26 (cursor_stats, group_summaries, queue_counters,
+// group_position) hold it written out; Groups (grouplist.go) uses it here.
 const cursorPosition = `CASE WHEN c.committed IS NOT NULL THEN c.committed
 	WHEN g.start_at > now() THEN p.next_offset
 	ELSE coalesce((SELECT s.base_offset FROM queenside.segments s
@@ -128,15 +121,9 @@ const cursorPosition = `CASE WHEN c.committed IS NOT NULL THEN c.committed
 
 // addGroupStats adds each group's cursor, lag and lease to the partitions.
 // A cursor the group has not used yet stands where its subscription starts.
-func (s *Store) addGroupStats(ctx context.Context, queueID int64, res *protocol.StatsResult, byName map[string]int) error {
-	rows, err := s.pool.Query(ctx, `
-		SELECT p.name, g.name, `+cursorPosition+` AS cur, p.next_offset,
-		       c.lease_id IS NOT NULL AND c.lease_expires_at > now()
-		  FROM queenside.cursors c
-		  JOIN queenside.groups g ON g.id = c.group_id
-		  JOIN queenside.partitions p ON p.id = c.partition_id
-		 WHERE g.queue_id = $1
-		 ORDER BY p.name, g.name`, queueID)
+func (s *Store) addGroupStats(ctx context.Context, res *protocol.StatsResult, byName map[string]int) error {
+	rows, err := s.pool.Query(ctx, "SELECT o_partition, o_group, o_cursor, o_head, o_lease_expires_at FROM queenside.cursor_stats($1)",
+		res.Queue)
 	if err != nil {
 		return fmt.Errorf("stats %s: groups: %w", res.Queue, err)
 	}
@@ -145,18 +132,23 @@ func (s *Store) addGroupStats(ctx context.Context, queueID int64, res *protocol.
 		var partition string
 		var gs protocol.GroupStats
 		var head int64
-		if err := rows.Scan(&partition, &gs.Group, &gs.Cursor, &head, &gs.Leased); err != nil {
+		var leaseExpiresAt *time.Time
+		if err := rows.Scan(&partition, &gs.Group, &gs.Cursor, &head, &leaseExpiresAt); err != nil {
 			return fmt.Errorf("stats %s: groups: %w", res.Queue, err)
 		}
 		i, ok := byName[partition]
 		if !ok {
 			continue
 		}
+		gs.Leased = leaseExpiresAt != nil
 		// Lag counts what the group will still be delivered: a cursor left
 		// behind by retention skips the deleted messages.
 		p := &res.Partitions[i]
 		gs.Lag = max(head-max(gs.Cursor, p.HeadOffset-p.Messages), 0)
 		p.Groups = append(p.Groups, gs)
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("stats %s: groups: %w", res.Queue, err)
+	}
+	return nil
 }

@@ -126,18 +126,19 @@ func (s *Store) connectSession(ctx context.Context) (*pgx.Conn, error) {
 	return s.connect(ctx, s.session)
 }
 
-// MissingPrivileges names the privileges on the schema's tables that the
-// sidecar's role lacks ("INSERT on queenside.partitions, ..."), "" when it
-// has them all: pushes, pops and acks read and write every one of them, so
-// a role without them serves nothing, however healthy the database is.
+// MissingPrivileges names the privileges the sidecar's role lacks to
+// reach the schema ("EXECUTE on queenside.push(...), ..."), "" when it has
+// them all. A role that is not the owner reaches the tables only through
+// the schema's SECURITY DEFINER functions, which check its grants; one
+// whose EXECUTE on them was revoked serves nothing, however healthy the
+// database is, and what it was not granted is refused call by call.
 func (s *Store) MissingPrivileges(ctx context.Context) (string, error) {
 	var missing *string
 	err := s.pool.QueryRow(ctx, `
-		SELECT string_agg(format('%s on %I.%I', p.priv, n.nspname, c.relname), ', ' ORDER BY c.relname, p.priv)
-		  FROM pg_class c
-		  JOIN pg_namespace n ON n.oid = c.relnamespace
-		 CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p(priv)
-		 WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT has_table_privilege(c.oid, p.priv)`,
+		SELECT CASE WHEN NOT has_schema_privilege($1, 'USAGE') THEN format('USAGE on schema %I', $1::text)
+		            ELSE (SELECT string_agg(format('EXECUTE on %s', p.oid::regprocedure), ', ' ORDER BY p.proname, p.oid)
+		                    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		                   WHERE n.nspname = $1 AND p.prosecdef AND NOT has_function_privilege(p.oid, 'EXECUTE')) END`,
 		schema.Name).Scan(&missing)
 	if err != nil || missing == nil {
 		return "", err

@@ -115,8 +115,7 @@ func (s *Store) sendWakes(ctx context.Context) {
 // is a statement on no table, which Citus runs where it is sent.
 func (s *Store) notify(ctx context.Context, queues []string, groups []int64) error {
 	if len(groups) > 0 {
-		rows, err := s.pool.Query(ctx, `SELECT q.name FROM queenside.groups g JOIN queenside.queues q ON q.id = g.queue_id
-			WHERE g.id = ANY ($1)`, groups)
+		rows, err := s.pool.Query(ctx, `SELECT * FROM queenside.queues_of_groups($1)`, groups)
 		if err != nil {
 			return err
 		}

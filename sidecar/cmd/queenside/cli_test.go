@@ -94,6 +94,18 @@ func startDev(t *testing.T, bin, dir string) *devProcess {
 	}
 }
 
+// devDatabaseURL is the database URL dev printed.
+func devDatabaseURL(t *testing.T, dev *devProcess) string {
+	t.Helper()
+	for _, l := range strings.Split(dev.log.String(), "\n") {
+		if u, ok := strings.CutPrefix(strings.TrimSpace(l), "database: "); ok {
+			return u
+		}
+	}
+	t.Fatalf("dev printed no database URL:\n%s", dev.log.String())
+	return ""
+}
+
 func runCLI(t *testing.T, bin, dir, stdin string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -369,16 +381,7 @@ func TestVerifyCitusFlags(t *testing.T) {
 func TestGrantGrantsAndRevoke(t *testing.T) {
 	bin := buildCLI(t)
 	dir := shortDir(t)
-	dev := startDev(t, bin, dir)
-	var dbURL string
-	for _, l := range strings.Split(dev.log.String(), "\n") {
-		if u, ok := strings.CutPrefix(strings.TrimSpace(l), "database: "); ok {
-			dbURL = u
-		}
-	}
-	if dbURL == "" {
-		t.Fatalf("dev printed no database URL:\n%s", dev.log.String())
-	}
+	dbURL := devDatabaseURL(t, startDev(t, bin, dir))
 	role := fmt.Sprintf("qs_cli_%x", time.Now().UnixNano())
 	if out, err := exec.Command("psql", dbURL, "-c", "CREATE ROLE "+role+" LOGIN").CombinedOutput(); err != nil {
 		t.Skipf("psql cannot create a role here (%v): %s", err, out)

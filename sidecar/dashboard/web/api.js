@@ -1,10 +1,13 @@
 // The dashboard's only way to the sidecar: GET and POST on api/ (API.md),
 // relative to the page so that it also works behind a path prefix.
-// The token (admin or read) lives in sessionStorage with its role, and
-// goes only into the Authorization header of requests; nothing logs it.
+// The token (admin or read) lives in sessionStorage with its role and,
+// for a token scoped to some queues or rights, its scope as api/auth says
+// it ("queues=billing.* rights=read"); the token goes only into the
+// Authorization header of requests; nothing logs it.
 
 const TOKEN_KEY = 'queenside.token';
 const ROLE_KEY = 'queenside.tokenRole';
+const SCOPE_KEY = 'queenside.tokenScope';
 
 function stored(key) {
   try {
@@ -19,14 +22,20 @@ export const getToken = () => stored(TOKEN_KEY);
 /** What the kept token may do, as api/auth said: "admin", "read" or "". */
 export const getTokenRole = () => (getToken() ? stored(ROLE_KEY) || 'admin' : '');
 
-export function setToken(token, role = '') {
+/** The kept token's scope when it is narrower than its role's, else "". */
+export const getTokenScope = () => (getToken() ? stored(SCOPE_KEY) : '');
+
+/** Keeps a token with what api/auth said of it ({role, scoped, scopeText}). */
+export function setToken(token, auth = {}) {
   try {
     if (token) {
       sessionStorage.setItem(TOKEN_KEY, token);
-      sessionStorage.setItem(ROLE_KEY, role);
+      sessionStorage.setItem(ROLE_KEY, auth.role || '');
+      sessionStorage.setItem(SCOPE_KEY, auth.scoped ? auth.scopeText || '' : '');
     } else {
       sessionStorage.removeItem(TOKEN_KEY);
       sessionStorage.removeItem(ROLE_KEY);
+      sessionStorage.removeItem(SCOPE_KEY);
     }
   } catch {
     // storage refused (private mode): the token is then asked for again

@@ -1,7 +1,7 @@
 // The dashboard: hash routes, one page at a time, each refreshed every
 // refreshMs (from api/info) without reloading, under a banner while any
 // cluster maintenance is on.
-import { api, ApiError, getToken, getTokenRole, setToken } from './api.js';
+import { api, ApiError, getToken, getTokenRole, getTokenScope, setToken } from './api.js';
 import { h, duration, time } from './dom.js';
 import * as queues from './pages/queues.js';
 import * as queue from './pages/queue.js';
@@ -160,7 +160,16 @@ function renderSidecar() {
 function renderTokenButton() {
   const b = document.getElementById('token-button');
   const role = getTokenRole();
-  if (role === 'admin') {
+  const scope = getTokenScope();
+  delete b.dataset.scope;
+  if (role && scope) {
+    // a scoped token: its pages show its queues only, and the API refuses
+    // what its scope does not give, saying so
+    b.textContent = `${role === 'admin' ? 'Admin' : 'Read'} token ✓ (scoped)`;
+    b.title = `A ${role} token is kept for this tab, scoped to ${scope}: the pages show its queues only.`;
+    b.dataset.state = role === 'admin' ? 'set' : 'read';
+    b.dataset.scope = scope;
+  } else if (role === 'admin') {
     b.textContent = 'Admin token ✓';
     b.title = 'An admin token is kept for this tab: it may read and write.';
     b.dataset.state = 'set';
@@ -185,7 +194,8 @@ function renderTokenButton() {
 
 /** The dialog's opening line: what the sidecar asks for and what is kept. */
 function tokenSituation() {
-  const kept = { admin: 'An admin token is kept for this tab.', read: 'A read token is kept for this tab: writes need an admin token.' }[getTokenRole()] || 'No token is kept.';
+  let kept = { admin: 'An admin token is kept for this tab.', read: 'A read token is kept for this tab: writes need an admin token.' }[getTokenRole()] || 'No token is kept.';
+  if (getTokenScope()) kept += ` Its scope is ${getTokenScope()}.`;
   if (info.reads === 'token') return `This sidecar's pages need a token (a read or an admin token). ${kept}`;
   if (info.writes === 'disabled') return 'This sidecar was started without --admin-token-file: writes are disabled whatever the token.';
   return kept;
@@ -216,7 +226,7 @@ function setupTokenDialog() {
     status.className = 'form-status';
     try {
       const auth = await api('auth', { token });
-      setToken(token, auth.role);
+      setToken(token, auth);
       input.value = '';
       status.textContent = 'Token accepted.';
       dialog.close();
@@ -273,7 +283,7 @@ async function signInFromLink() {
   const token = safeDecode(m[1]);
   try {
     const auth = await api('auth', { token });
-    setToken(token, auth.role);
+    setToken(token, auth);
   } catch {
     setToken('');
   }

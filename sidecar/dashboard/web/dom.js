@@ -1,5 +1,7 @@
 // A small helper to build DOM nodes, and the formatting the pages share.
 
+import { getTokenScope } from './api.js';
+
 const PROPS = new Set(['value', 'checked', 'selected', 'disabled', 'hidden', 'open', 'indeterminate']);
 
 /** h('td', {class: 'num'}, 'text', node, [more]) */
@@ -116,6 +118,10 @@ export function stat(label, value, attrs = {}) {
 export function writeError(err) {
   if (err.status === 403 && err.code === 'writes_disabled') {
     return 'Refused (403 writes_disabled): this sidecar was started without --admin-token-file, so every write is disabled.';
+  }
+  if (err.status === 403 && getTokenScope()) {
+    // the API names the right and the queue the kept token's scope lacks
+    return `Refused (403 ${err.code}): ${err.message}.`;
   }
   if (err.status === 403) {
     return `Refused (403 ${err.code}): ${err.message}. Set an admin token with the token button at the top right.`;

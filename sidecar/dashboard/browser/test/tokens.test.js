@@ -1,7 +1,8 @@
 // Read tokens and admin tokens: a sidecar started with --read-token-file
 // shows nothing until it is given a token; a read token reads and is
 // refused every write; an admin token writes, and the sidecar logs the
-// write under the token's name.
+// write under the token's name. A scoped token sees its queues only, and
+// the page shows the API's refusal of what its scope lacks.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -16,13 +17,16 @@ let client;
 let browser;
 const readToken = randomBytes(24).toString('hex');
 const aliceToken = randomBytes(24).toString('hex');
+const teamReadToken = randomBytes(24).toString('hex');
+const viewerToken = randomBytes(24).toString('hex');
+const team = uniqueQueue('team');
 
 before(async () => {
   main = await startSidecar();
   const readFile = join(main.dir, 'read-tokens');
   const adminFile = join(main.dir, 'admin-tokens');
-  writeFileSync(readFile, `# dashboards that only look\ngrafana:${readToken}\n`, { mode: 0o600 });
-  writeFileSync(adminFile, `alice:${aliceToken}\n`, { mode: 0o600 });
+  writeFileSync(readFile, `# dashboards that only look\ngrafana:${readToken}\nteam-ro:${teamReadToken} queues=${team}.* rights=read\n`, { mode: 0o600 });
+  writeFileSync(adminFile, `alice:${aliceToken}\nviewer:${viewerToken} rights=read\n`, { mode: 0o600 });
   guarded = await startSecondSidecar(main, {
     name: 'guarded', args: ['--read-token-file', readFile, '--admin-token-file', adminFile, '--log-level', 'info'],
   });
@@ -121,6 +125,46 @@ test('a sidecar with read tokens asks for one, reads with it, and writes only wi
   assert.match(log, new RegExp(`dashboard write: token=alice method=POST path=/api/queues/${q}/pause body=.*paused.*true.* status=200`));
   assert.ok(!log.includes(readToken) && !log.includes(aliceToken), 'no token is logged');
   assert.ok(!page.consoleTexts.some((t) => t.includes(readToken) || t.includes(aliceToken)), 'no token in the console');
+  const problems = [...page.problems];
+  await page.close();
+  assert.deepEqual(problems, [], 'the page had problems');
+});
+
+test('a scoped token sees its queues only, and the page shows what its scope refuses', async () => {
+  const mine = `${team}.invoices`;
+  const other = uniqueQueue('other');
+  await client.push({ queue: mine, payload: 1 });
+  await client.push({ queue: other, payload: 2 });
+  const page = await openPage(browser);
+  page.allow403(new RegExp(`${other}|/pause$|/api/history$`));
+
+  await page.goto(`${guarded.url}#/queues`);
+  await giveToken(page, teamReadToken);
+  assert.equal(await text(page, '#token-button'), 'Read token ✓ (scoped)');
+  assert.match(await page.$eval('#token-button', (b) => b.title), new RegExp(`queues=${team}\\.\\* rights=read`));
+  await page.waitForSelector(`[data-queue="${mine}"]`);
+  assert.equal(await page.$(`[data-queue="${other}"]`), null, 'another team\'s queue is listed');
+
+  // Another queue's page says which right the token lacks there.
+  await page.goto(`${guarded.url}#/queues/${encodeURIComponent(other)}`);
+  await page.waitForSelector('#banner:not([hidden])');
+  assert.match(await text(page, '#banner'), new RegExp(`"team-ro" may not read ${other}: its scope is queues=${team}\\.\\* rights=read`));
+
+  // An admin token that may only read is refused a write, which the page
+  // shows as the API says it.
+  await page.click('#token-button');
+  await giveToken(page, viewerToken);
+  assert.equal(await text(page, '#token-button'), 'Admin token ✓ (scoped)');
+  await page.goto(`${guarded.url}#/queues/${encodeURIComponent(mine)}`);
+  await page.waitForSelector('#pause-toggle:not([disabled])');
+  await page.click('#pause-toggle');
+  await page.waitForSelector('#confirm-dialog[open]');
+  await page.click('#confirm-ok');
+  await page.waitForSelector('#pause-status.error');
+  const status = await text(page, '#pause-status');
+  assert.match(status, new RegExp(`403 forbidden.*"viewer" may not manage ${mine}: its scope is queues=\\* rights=read`));
+  assert.ok(!status.includes('Set an admin token'), status);
+  assert.match(guarded.output(), /dashboard write refused: token=viewer method=POST/);
   const problems = [...page.problems];
   await page.close();
   assert.deepEqual(problems, [], 'the page had problems');
