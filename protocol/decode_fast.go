@@ -71,6 +71,8 @@ func (m *Message) DecodeMsgpack(d *msgpack.Decoder) error {
 			m.LeaseID, err = d.DecodeString()
 		case "redelivered":
 			m.Redelivered, err = d.DecodeBool()
+		case "producer":
+			m.Producer, err = d.DecodeString()
 		default:
 			err = d.Skip()
 		}

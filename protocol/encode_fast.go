@@ -37,7 +37,7 @@ func (r PushResult) EncodeMsgpack(e *msgpack.Encoder) error {
 
 // EncodeMsgpack writes m as a map; the payload goes out as stored.
 func (m Message) EncodeMsgpack(e *msgpack.Encoder) error {
-	n := 8 + boolInt(m.TraceID != "") + boolInt(len(m.Headers) > 0) + boolInt(m.LeaseID != "")
+	n := 8 + boolInt(m.TraceID != "") + boolInt(len(m.Headers) > 0) + boolInt(m.LeaseID != "") + boolInt(m.Producer != "")
 	w := fieldWriter{e: e}
 	w.mapLen(n)
 	w.str("queue", m.Queue)
@@ -60,6 +60,9 @@ func (m Message) EncodeMsgpack(e *msgpack.Encoder) error {
 	}
 	w.key("redelivered")
 	w.err(e.EncodeBool(m.Redelivered))
+	if m.Producer != "" {
+		w.str("producer", m.Producer)
+	}
 	return w.failed
 }
 

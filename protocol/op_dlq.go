@@ -53,6 +53,7 @@ type DLQEntry struct {
 	ReplayedMessageID     string             `msgpack:"replayedMessageId,omitempty"`
 	ReplayedTransactionID string             `msgpack:"replayedTransactionId,omitempty"`
 	ReplayedOffset        *int64             `msgpack:"replayedOffset,omitempty"`
+	Producer              string             `msgpack:"producer,omitempty"` // revision 1.4; see Message
 }
 
 // DLQResult is one page of dead letters; NextAfterID is set when more follow.

@@ -49,6 +49,9 @@ type Message struct {
 	Headers       map[string]string  `msgpack:"headers,omitempty"`
 	LeaseID       string             `msgpack:"leaseId,omitempty"`
 	Redelivered   bool               `msgpack:"redelivered"`
+	// Producer is the PostgreSQL role that pushed the message, stamped by
+	// PostgreSQL (revision 1.4); empty for messages stored before.
+	Producer string `msgpack:"producer,omitempty"`
 }
 
 // Lease is a group's claim on a span of one partition. HeadAttempts counts

@@ -83,6 +83,7 @@ func TestGrantsDecideWhatARoleMay(t *testing.T) {
 		fmt.Sprintf("SELECT queenside.grant('%s', 'orders', ARRAY['produce'])", role),
 		fmt.Sprintf("SELECT queenside.grant('%s', 'billing.*', ARRAY['consume', 'read'], 'workers*')", role),
 		fmt.Sprintf("SELECT queenside.grant('%s', 'orders', ARRAY['read'])", role), // added to produce
+		fmt.Sprintf("SELECT queenside.grant('%s', 'ops.*', ARRAY['manage'])", role),
 	} {
 		if _, err := owner.Exec(ctx, g); err != nil {
 			t.Fatalf("%s: %v", g, err)
@@ -103,6 +104,10 @@ func TestGrantsDecideWhatARoleMay(t *testing.T) {
 		{"billing.eu", "read", "auditors", true}, // groups limit consume only
 		{"billing.eu", "manage", nil, false},
 		{"billing", "read", nil, false},
+		{"ops.jobs", "manage", nil, true},
+		{"ops.jobs", "read", nil, true}, // manage includes read
+		{"ops.jobs", "produce", nil, false},
+		{"ops.jobs", "consume", nil, false},
 	}
 	for _, c := range cases {
 		if got := may(t, app, c.queue, c.right, c.group); got != c.want {
@@ -127,8 +132,8 @@ func TestGrantsDecideWhatARoleMay(t *testing.T) {
 	}
 
 	var rows int
-	if err := owner.QueryRow(ctx, "SELECT count(*) FROM queenside.grants WHERE role = $1", role).Scan(&rows); err != nil || rows != 2 {
-		t.Fatalf("the grants view lists %d rows (%v), want 2", rows, err)
+	if err := owner.QueryRow(ctx, "SELECT count(*) FROM queenside.grants WHERE role = $1", role).Scan(&rows); err != nil || rows != 3 {
+		t.Fatalf("the grants view lists %d rows (%v), want 3", rows, err)
 	}
 	var had bool
 	if err := owner.QueryRow(ctx, "SELECT queenside.revoke($1, 'orders', ARRAY['produce'])", role).Scan(&had); err != nil || !had {

@@ -159,8 +159,9 @@ func TestQueueExistsRefusesBeforeNotFound(t *testing.T) {
 	}
 }
 
-// The dead letters' list, count and summary need read; a listing of every
-// queue shows the queues the role may read, the owner's every queue.
+// The dead letters' list, count and summary need read (which manage
+// includes); a listing of every queue shows the queues the role may read,
+// the owner's every queue.
 func TestDeadLetterListingsNeedRead(t *testing.T) {
 	f := newManageFixture(t)
 	ctx := context.Background()
@@ -170,7 +171,7 @@ func TestDeadLetterListingsNeedRead(t *testing.T) {
 		conn *pgx.Conn
 		who  string
 		want []string
-	}{{f.app, "the role", []string{"billing", "orders"}}, {f.owner, "the owner", manageQueues}} {
+	}{{f.app, "the role", []string{"billing", "ops", "orders"}}, {f.owner, "the owner", manageQueues}} {
 		for _, sql := range []string{list, summary} {
 			got, err := strings1(t, c.conn, sql, "")
 			slices.Sort(got)
@@ -193,7 +194,7 @@ func TestDeadLetterListingsNeedRead(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Errorf("dlq_list orders filtered out: %v, %v", got, err)
 	}
-	for _, q := range []string{"secret", "ops", "nosuch"} {
+	for _, q := range []string{"secret", "work", "nosuch"} {
 		_, err := strings1(t, f.app, list, q)
 		refused(t, "dlq_list "+q, err, "read", q)
 		_, err = strings1(t, f.app, summary, q)
@@ -313,14 +314,14 @@ func TestDeadLetterDeleteNeedsManage(t *testing.T) {
 	}
 }
 
-// The groups' list needs read (a listing of every queue shows those the
-// role may read); deleting a group needs manage.
+// The groups' list needs read, which manage includes (a listing of every
+// queue shows those the role may read); deleting a group needs manage.
 func TestGroupsListNeedsReadAndDeleteManage(t *testing.T) {
 	f := newManageFixture(t)
 	ctx := context.Background()
 	const list = "SELECT o_queue || '/' || o_group FROM queenside.list_groups($1)"
 	got, err := strings1(t, f.app, list, "")
-	if err != nil || !slices.Equal(got, []string{"billing/g1", "orders/g1"}) {
+	if err != nil || !slices.Equal(got, []string{"billing/g1", "ops/g1", "orders/g1"}) {
 		t.Errorf("list_groups as the role: %v, %v", got, err)
 	}
 	got, err = strings1(t, f.owner, list, "")
@@ -331,7 +332,7 @@ func TestGroupsListNeedsReadAndDeleteManage(t *testing.T) {
 	if err := f.app.QueryRow(ctx, "SELECT o_lag FROM queenside.list_groups('billing')").Scan(&lag); err != nil || lag != 1 {
 		t.Errorf("billing's lag: %d, %v; want 1", lag, err)
 	}
-	for _, q := range []string{"ops", "secret", "work"} {
+	for _, q := range []string{"secret", "work"} {
 		_, err := strings1(t, f.app, list, q)
 		refused(t, "list_groups "+q, err, "read", q)
 	}

@@ -217,8 +217,8 @@ func TestReadFunctionsCheckRead(t *testing.T) {
 	if err := owner.QueryRow(ctx, "SELECT lease_seconds FROM queenside.queues WHERE name = 'fresh.q'").Scan(&lease); err != nil || lease != 30 {
 		t.Errorf("fresh.q after configure: %d %v", lease, err)
 	}
-	// manage is not read: the new queue is not listed for the role.
-	if got, err := column(app, listings["queue_list"]); err != nil || !slices.Equal(got, []string{"orders"}) {
+	// manage includes read: the new queue is listed for the role.
+	if got, err := column(app, listings["queue_list"]); err != nil || !slices.Equal(got, []string{"fresh.q", "orders"}) {
 		t.Errorf("queue_list with manage on fresh.*: %v %v", got, err)
 	}
 	got, err = column(owner, "SELECT o_lease_seconds::text FROM queenside.configure('orders', 45, 3, 3600, 0, 86400, 0, false, false, 0)")

@@ -218,6 +218,11 @@ func (s *Server) apiPause(ctx context.Context, r *http.Request) (any, error) {
 		return nil, protocol.Errorf(protocol.CodeInvalidArgument, "body: want {\"paused\": true|false}")
 	}
 	queue := r.PathValue("queue")
+	// Asked first, so that a role that may not manage the queue is told
+	// that, not that it may not read its options.
+	if err := s.store.RequireQueue(ctx, queue, "manage"); err != nil {
+		return nil, err
+	}
 	q, _, err := s.store.QueueSummary(ctx, queue)
 	if err != nil {
 		return nil, err

@@ -59,6 +59,7 @@ type messageView struct {
 	CommittedAt   time.Time         `json:"committedAt"`
 	TraceID       string            `json:"traceId,omitempty"`
 	Headers       map[string]string `json:"headers,omitempty"`
+	Producer      string            `json:"producer,omitempty"`
 	PayloadBytes  int               `json:"payloadBytes"`
 	Payload       payloadView       `json:"payload"`
 	// With a group: consumed, acked, leased or pending, and the failed
@@ -83,7 +84,7 @@ type payloadView struct {
 // whole payload goes with it, pos (nil for none) adds a group's state.
 func (s *Server) messageOf(m store.StoredMessage, queue string, pos *store.GroupPosition, whole bool) messageView {
 	v := messageView{Offset: m.Offset, MessageID: m.MessageID.String(), TransactionID: m.TransactionID,
-		CommittedAt: m.CommittedAt.UTC(), TraceID: m.TraceID, PayloadBytes: m.PayloadBytes}
+		CommittedAt: m.CommittedAt.UTC(), TraceID: m.TraceID, Producer: m.Producer, PayloadBytes: m.PayloadBytes}
 	if m.Headers != nil {
 		if err := msgpack.Unmarshal(m.Headers, &v.Headers); err != nil {
 			v.Headers = map[string]string{"(unreadable)": err.Error()}

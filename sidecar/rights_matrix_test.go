@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -23,8 +25,9 @@ import (
 	"github.com/queenside/queenside/sidecar/pgtest"
 )
 
-// appRole is an application's login role, its sidecar, and its own
-// connection to PostgreSQL (as the application's SQL API would use it).
+// appRole is an application's login role, its sidecar (whose dashboard
+// takes the admin token sc.token), and its own connection to PostgreSQL
+// (as the application's SQL API would use it).
 type appRole struct {
 	name string
 	sc   *sidecarProcess
@@ -63,7 +66,14 @@ func startRightsFixture(t *testing.T, ctx context.Context) *rightsFixture {
 			t.Fatal(err)
 		}
 		u.User = url.User(r.name)
-		r.sc = launchSidecar(t, u.String(), t.TempDir())
+		dir := t.TempDir()
+		token := fmt.Sprintf("%032x", stamp+int64(i))
+		tokens := filepath.Join(dir, "admin-tokens")
+		if err := os.WriteFile(tokens, []byte("admin:"+token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r.sc = launchSidecar(t, u.String(), filepath.Join(dir, "spool"), "--admin-token-file", tokens)
+		r.sc.token = token
 		waitFor(t, 20*time.Second, r.name+"'s sidecar to be ready", func() bool {
 			return r.sc.health(t).Status == protocol.HealthOK
 		})
@@ -378,11 +388,19 @@ func TestTheRightsMatrix(t *testing.T) {
 			return nil
 		}},
 	}
-	httpCalls := []struct{ method, path string }{
-		{"GET", "/api/queues/orders"},
-		{"GET", "/api/queues/orders/partitions"},
-		{"GET", "/api/queues/orders/partitions/p/messages"},
-		{"GET", "/api/queues/orders/partitions/p/messages/0"},
+	// Every route of the dashboard's API about orders, with the right
+	// the sidecar's role needs for it (the token may do everything).
+	httpCalls := []struct{ method, path, body, right string }{
+		{"GET", "/api/queues/orders", "", "read"},
+		{"GET", "/api/queues/orders/partitions", "", "read"},
+		{"GET", "/api/queues/orders/partitions/p/messages", "", "read"},
+		{"GET", "/api/queues/orders/partitions/p/messages/0", "", "read"},
+		{"GET", "/api/dlq?queue=orders", "", "read"},
+		{"GET", "/api/dlq/summary?queue=orders", "", "read"},
+		{"POST", "/api/queues/orders/pause", `{"paused": false}`, "manage"},
+		{"POST", "/api/queues/orders/seek", `{"group": "dead", "to": "end"}`, "manage"},
+		{"POST", "/api/dlq/delete", `{"queue": "orders", "limit": 1}`, "manage"},
+		{"POST", "/api/dlq/replay", `{"queue": "orders", "limit": 1}`, "manage"},
 	}
 
 	for _, cl := range calls {
@@ -445,25 +463,48 @@ func TestTheRightsMatrix(t *testing.T) {
 	}
 	f.ownerExec(t, ctx, "SELECT queenside.revoke($1, '*')", a.name)
 
-	// The dashboard reads with its sidecar's role: a's refuses what a may
-	// not read, naming the right, and serves it once a may.
+	// The dashboard acts with its sidecar's role: a's refuses what a may
+	// not do, naming the right, changing nothing, and does it once a may.
+	for _, hc := range httpCalls {
+		before := f.fingerprint(t, ctx)
+		status, body := httpDo(t, a.sc, hc.method, hc.path, hc.body)
+		refusedAs := hc.right
+		if strings.HasSuffix(hc.path, "/seek") {
+			refusedAs = "consume" // the group's consumer or a manager: the refusal names the first
+		}
+		if status != http.StatusForbidden || !strings.Contains(body, "may not "+refusedAs+" orders") {
+			t.Errorf("%s %s without %s: %d %s", hc.method, hc.path, hc.right, status, body)
+		}
+		if after := f.fingerprint(t, ctx); !mapsEqual(before, after) {
+			t.Errorf("%s %s, refused, changed tables: %v", hc.method, hc.path, changedTables(before, after))
+		}
+		rights := []string{hc.right}
+		if strings.HasSuffix(hc.path, "/replay") {
+			rights = append(rights, "produce")
+		}
+		f.ownerExec(t, ctx, "SELECT queenside.grant($1, 'orders', $2::text[])", a.name, rights)
+		if status, body := httpDo(t, a.sc, hc.method, hc.path, hc.body); status != http.StatusOK {
+			t.Errorf("%s %s with %s: %d %s", hc.method, hc.path, hc.right, status, body)
+		}
+		f.ownerExec(t, ctx, "SELECT queenside.revoke($1, 'orders')", a.name)
+	}
 	for _, granted := range []bool{false, true} {
 		if granted {
 			f.ownerExec(t, ctx, "SELECT queenside.grant($1, 'orders', ARRAY['read'])", a.name)
-		}
-		for _, hc := range httpCalls {
-			status, body := httpDo(t, a.sc, hc.method, hc.path)
-			switch {
-			case !granted && (status != http.StatusForbidden || !strings.Contains(body, "may not read orders")):
-				t.Errorf("%s %s without read: %d %s", hc.method, hc.path, status, body)
-			case granted && status != http.StatusOK:
-				t.Errorf("%s %s with read: %d %s", hc.method, hc.path, status, body)
-			}
 		}
 		status, body := httpDo(t, a.sc, "GET", "/api/queues")
 		if status != http.StatusOK || strings.Contains(body, `"orders"`) != granted {
 			t.Errorf("GET /api/queues, read granted %v: %d %s", granted, status, body)
 		}
+		status, body = httpDo(t, a.sc, "GET", "/api/dlq")
+		if status != http.StatusOK || strings.Contains(body, `"queue":"orders"`) != granted {
+			t.Errorf("GET /api/dlq, read granted %v: %d %s", granted, status, body)
+		}
+	}
+	f.ownerExec(t, ctx, "SELECT queenside.revoke($1, 'orders')", a.name)
+	status, body := httpDo(t, a.sc, "POST", "/api/maintenance", `{"push": false}`)
+	if status != http.StatusForbidden || !strings.Contains(body, "may not manage *") {
+		t.Errorf("POST /api/maintenance without manage on *: %d %s", status, body)
 	}
 }
 
@@ -490,13 +531,17 @@ func changedTables(a, b map[string]string) []string {
 	return out
 }
 
-// httpDo calls the sidecar's dashboard API without a token (reads are
-// open when no read token is configured).
-func httpDo(t *testing.T, p *sidecarProcess, method, path string) (int, string) {
+// httpDo calls the sidecar's dashboard API with its admin token, and
+// body, when not "", as JSON.
+func httpDo(t *testing.T, p *sidecarProcess, method, path string, body ...string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+p.httpAddr+path, nil)
+	req, err := http.NewRequest(method, "http://"+p.httpAddr+path, strings.NewReader(strings.Join(body, "")))
 	if err != nil {
 		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -505,4 +550,61 @@ func httpDo(t *testing.T, p *sidecarProcess, method, path string) (int, string) 
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(b)
+}
+
+// Every stored message records the role that pushed it, stamped by
+// PostgreSQL: a pop, the dead letters' list and the dashboard's browser
+// show it as producer, whichever role reads it, and a client that sends
+// a producer of its own in a push item does not change it.
+func TestTheProducerIsTheRoleThatPushed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := startRightsFixture(t, ctx)
+	a, b := &f.a, &f.b
+	f.ownerExec(t, ctx, "SELECT queenside.grant($1, 'orders', ARRAY['produce'])", a.name)
+	f.ownerExec(t, ctx, "SELECT queenside.grant($1, 'orders', ARRAY['consume', 'manage'])", b.name)
+	configure(t, b.c, "orders", func(o *protocol.QueueOptions) { o.RetryLimit = 0 })
+
+	// A push by the sidecar, a push whose item claims another producer,
+	// and a send of the SQL API, all by role a.
+	mustPush(t, a.c, item(t, "orders", "p", "by-sidecar", 1))
+	raw := dialRaw(t, a.sc.socket)
+	raw.sendRequest(1, protocol.OpPush, map[string]any{"items": []map[string]any{{
+		"queue": "orders", "partition": "p", "transactionId": "claims-b", "payload": []byte{0x01}, "producer": b.name}}})
+	if res := raw.read(); res.Error != nil {
+		t.Fatalf("a push item with a producer of its own: %+v", res.Error)
+	}
+	if _, err := a.sql.Exec(ctx, `SELECT * FROM queenside.send('orders', '\x01'::bytea, 'p', 'by-sql')`); err != nil {
+		t.Fatal(err)
+	}
+
+	p, err := b.c.Pop(ctx, protocol.PopArgs{Queue: "orders", Partition: "p", Group: "g", Batch: 10})
+	if err != nil || len(p.Messages) != 3 {
+		t.Fatalf("b's pop: %+v, %v", p, err)
+	}
+	for _, m := range p.Messages {
+		if m.Producer != a.name {
+			t.Errorf("message %s was produced by %q, want %q", m.TransactionID, m.Producer, a.name)
+		}
+	}
+	// The pop of several partitions (pop_from) says it too.
+	mustPush(t, a.c, item(t, "orders", "q", "other-partition", 2))
+	p, err = b.c.Pop(ctx, protocol.PopArgs{Queue: "orders", Group: "g2", Batch: 10})
+	if err != nil || len(p.Messages) == 0 || p.Messages[0].Producer != a.name {
+		t.Fatalf("b's pop of any partition: %+v, %v", p, err)
+	}
+
+	m := p.Messages[0]
+	if res, err := b.c.Ack(ctx, protocol.AckItem{LeaseID: m.LeaseID, Offset: &m.Offset, Status: protocol.AckFailed, Error: "no"}); err != nil || !res.Results[0].DeadLettered {
+		t.Fatalf("a failed ack that dead-letters: %+v, %v", res, err)
+	}
+	dl, err := b.c.DLQ(ctx, protocol.DLQArgs{Queue: "orders"})
+	if err != nil || len(dl.Entries) != 1 || dl.Entries[0].Producer != a.name {
+		t.Fatalf("the dead letter: %+v, %v", dl, err)
+	}
+
+	status, body := httpDo(t, b.sc, "GET", "/api/queues/orders/partitions/p/messages?from=0")
+	if status != http.StatusOK || strings.Count(body, `"producer":"`+a.name+`"`) != 3 {
+		t.Fatalf("the browser of b's dashboard: %d %s", status, body)
+	}
 }

@@ -129,6 +129,8 @@ export interface Message {
   /** Absent with autoAck. */
   leaseId?: string;
   redelivered: boolean;
+  /** The PostgreSQL role that pushed it, stamped by PostgreSQL, never by a client; absent for messages stored before it was kept. */
+  producer?: string;
   /** Its ack item completing it, as completed(msg); not enumerable. Throws without a lease (autoAck). */
   completed(): AckItem;
   /** Its ack item failing it, as failed(msg, reason); not enumerable. */
@@ -316,6 +318,8 @@ export interface DlqEntry {
   replayedMessageId?: string;
   replayedTransactionId?: string;
   replayedOffset?: Integer;
+  /** The PostgreSQL role that pushed the message. */
+  producer?: string;
   [key: string]: unknown;
 }
 

@@ -38,6 +38,7 @@ type StoredMessage struct {
 	Headers       []byte // msgpack map, nil when none
 	Payload       []byte
 	PayloadBytes  int
+	Producer      string // the role that pushed it; "" for messages stored before version 28
 }
 
 // GroupPosition is a group's cursor in one partition and its live lease:
@@ -90,36 +91,14 @@ func (s *Store) OffsetAt(ctx context.Context, partitionID int64, at time.Time) (
 	return off, nil
 }
 
-// pageSQL, dedupSQL and scanSQL are the statements queenside.message_page
-// and queenside.find_transaction run, their arguments numbered here: the
-// test of their plans (browse_test.go) explains them as the owner.
-
-// pageSQL reads the messages of partition $1 from offset $2, at most $3,
-// with the payloads of at most $4 bytes. The segments read are those whose
-// last offset falls in the page and the one after (which may hold the
-// page's end): two range scans of segments_pkey.
-const pageSQL = `
-SELECT greatest($2, s.base_offset) + u.i - 1, s.committed_at, u.mid, u.txid, u.trace, u.hdr,
-       octet_length(u.payload), CASE WHEN octet_length(u.payload) <= $4 THEN u.payload END
-  FROM (SELECT * FROM queenside.segments s
-         WHERE s.partition_id = $1 AND s.last_offset >= $2 AND s.last_offset < $2 + $3
-        UNION ALL
-        (SELECT * FROM queenside.segments s
-          WHERE s.partition_id = $1 AND s.last_offset >= $2 + $3
-          ORDER BY s.last_offset LIMIT 1)) s
- CROSS JOIN LATERAL (SELECT greatest($2, s.base_offset) - s.base_offset + 1 AS lo,
-                            least($2 + $3 - 1, s.last_offset) - s.base_offset + 1 AS hi) r
- CROSS JOIN LATERAL unnest(s.message_ids[r.lo:r.hi], s.transaction_ids[r.lo:r.hi], s.payloads[r.lo:r.hi],
-                           s.trace_ids[r.lo:r.hi], s.headers[r.lo:r.hi]) WITH ORDINALITY AS u (mid, txid, payload, trace, hdr, i)
- WHERE s.base_offset < $2 + $3
- ORDER BY 1`
-
 // Messages reads up to limit messages of a partition from offset from on,
 // in offset order, with the payloads of at most maxPayload bytes
-// (queenside.message_page, which needs read on the partition's queue).
+// (queenside.message_page, which needs read on the partition's queue):
+// the segments whose last offset falls in the page and the one after, two
+// range scans of segments_pkey (browse_test.go checks the plans).
 func (s *Store) Messages(ctx context.Context, partitionID, from int64, limit, maxPayload int) ([]StoredMessage, error) {
 	rows, err := s.pool.Query(ctx, `SELECT o_offset, o_committed_at, o_message_id, o_transaction_id, o_trace_id,
-		o_headers, o_payload_bytes, o_payload FROM queenside.message_page($1, $2, $3, $4)`, partitionID, from, limit, maxPayload)
+		o_headers, o_payload_bytes, o_payload, o_producer FROM queenside.message_page($1, $2, $3, $4)`, partitionID, from, limit, maxPayload)
 	if err != nil {
 		return nil, fmt.Errorf("messages from %d: %w", from, err)
 	}
@@ -127,13 +106,16 @@ func (s *Store) Messages(ctx context.Context, partitionID, from int64, limit, ma
 	out := []StoredMessage{}
 	for rows.Next() {
 		var m StoredMessage
-		var trace *string
+		var trace, producer *string
 		if err := rows.Scan(&m.Offset, &m.CommittedAt, &m.MessageID, &m.TransactionID, &trace, &m.Headers,
-			&m.PayloadBytes, &m.Payload); err != nil {
+			&m.PayloadBytes, &m.Payload, &producer); err != nil {
 			return nil, fmt.Errorf("messages from %d: %w", from, err)
 		}
 		if trace != nil {
 			m.TraceID = *trace
+		}
+		if producer != nil {
+			m.Producer = *producer
 		}
 		out = append(out, m)
 	}
@@ -142,29 +124,6 @@ func (s *Store) Messages(ctx context.Context, partitionID, from int64, limit, ma
 	}
 	return out, nil
 }
-
-// dedupSQL is the newest offset whose hash $2 partition $1 keeps, in
-// either place a hash is stored: a dedup row (one probe of the dedup_key
-// hash index) or the segment of one message that holds it (one probe of
-// segments_hash).
-const dedupSQL = `
-SELECT max(k.msg_offset)
-  FROM (SELECT d.msg_offset FROM queenside.dedup d
-         WHERE uuid_hash_extended(d.hash, d.partition_id) = uuid_hash_extended($2, $1)
-           AND d.partition_id = $1 AND d.hash = $2
-        UNION ALL
-        SELECT s.last_offset FROM queenside.segments s WHERE s.partition_id = $1 AND s.hash = $2) k
-HAVING count(*) > 0`
-
-// scanSQL is the newest offset of partition $1 from $3 on whose
-// transaction id is $2: the segments from $3 on, their transaction ids
-// only (payloads are not read).
-const scanSQL = `
-SELECT s.base_offset + u.i - 1
-  FROM queenside.segments s
- CROSS JOIN LATERAL unnest(s.transaction_ids) WITH ORDINALITY AS u (txid, i)
- WHERE s.partition_id = $1 AND s.last_offset >= $3 AND u.txid = $2 AND s.base_offset + u.i - 1 >= $3
- ORDER BY 1 DESC LIMIT 1`
 
 // FindTransaction finds the newest retained message of a partition with
 // transaction id txid. The kept hashes answer for the messages of their

@@ -16,7 +16,7 @@ import (
 func (s *Store) DLQ(ctx context.Context, a protocol.DLQArgs) (protocol.DLQResult, error) {
 	res := protocol.DLQResult{Entries: []protocol.DLQEntry{}}
 	if a.Queue != "" {
-		if err := s.queueExists(ctx, a.Queue, "read"); err != nil {
+		if err := s.RequireQueue(ctx, a.Queue, "read"); err != nil {
 			return res, err
 		}
 	}
@@ -62,15 +62,19 @@ func scanDeadLetter(rows pgx.Rows) (protocol.DLQEntry, error) {
 		mid       uuid.UUID
 		replayMID *uuid.UUID
 		replayTx  *string
+		producer  *string
 	)
 	err := rows.Scan(&e.ID, &e.Queue, &e.Partition, &e.Group, &e.Offset, &mid, &e.TransactionID, &e.Payload,
-		&e.Error, &e.Failures, &e.CommittedAt, &e.DeadAt, &e.ReplayedAt, &replayMID, &replayTx, &e.ReplayedOffset)
+		&e.Error, &e.Failures, &e.CommittedAt, &e.DeadAt, &e.ReplayedAt, &replayMID, &replayTx, &e.ReplayedOffset, &producer)
 	e.MessageID = mid.String()
 	if replayMID != nil {
 		e.ReplayedMessageID = replayMID.String()
 	}
 	if replayTx != nil {
 		e.ReplayedTransactionID = *replayTx
+	}
+	if producer != nil {
+		e.Producer = *producer
 	}
 	return e, err
 }

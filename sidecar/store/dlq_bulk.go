@@ -40,7 +40,7 @@ func dlqSelectionArgs(sel protocol.DLQSelection, limit int) []any {
 // batch after starts, nil when this one is the last.
 func (s *Store) DeadLetters(ctx context.Context, sel protocol.DLQSelection) (_ []DeadLetter, next *int64, _ error) {
 	if sel.ByFilter() {
-		if err := s.queueExists(ctx, sel.Queue, "manage"); err != nil {
+		if err := s.RequireQueue(ctx, sel.Queue, "manage"); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -199,7 +199,7 @@ func partitionOrder[T any](items []T, partition func(T) int64) []int64 {
 // starts, nil when this one was the last.
 func (s *Store) DeleteDeadLetters(ctx context.Context, sel protocol.DLQSelection) (deleted int, next *int64, _ error) {
 	if sel.ByFilter() {
-		if err := s.queueExists(ctx, sel.Queue, "manage"); err != nil {
+		if err := s.RequireQueue(ctx, sel.Queue, "manage"); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -222,7 +222,7 @@ func (s *Store) DeleteDeadLetters(ctx context.Context, sel protocol.DLQSelection
 // group and error, the most frequent first.
 func (s *Store) DLQSummary(ctx context.Context, a protocol.DLQSummaryArgs) ([]protocol.DLQErrorCount, error) {
 	if a.Queue != "" {
-		if err := s.queueExists(ctx, a.Queue, "read"); err != nil {
+		if err := s.RequireQueue(ctx, a.Queue, "read"); err != nil {
 			return nil, err
 		}
 	}

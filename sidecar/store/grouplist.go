@@ -18,7 +18,7 @@ var ErrPartitionNotFound = errors.New("store: partition not found")
 func (s *Store) Groups(ctx context.Context, queue string) (protocol.GroupsResult, error) {
 	res := protocol.GroupsResult{Groups: []protocol.GroupInfo{}}
 	if queue != "" {
-		if err := s.queueExists(ctx, queue, "read"); err != nil {
+		if err := s.RequireQueue(ctx, queue, "read"); err != nil {
 			return res, err
 		}
 	}

@@ -37,12 +37,13 @@ type PopRequest struct {
 // from a few partitions or requests on. Its rows have the same columns,
 // the first two aside: they are all the one request's, one partition's.
 const onePartitionSQL = `SELECT 1, 1, partition_id, partition_name, lease_id, lease_from, lease_to, lease_expires_at,
-	head_attempts, seen_to, first_offset, committed_at, message_ids, transaction_ids, payloads, trace_ids, headers
+	head_attempts, seen_to, first_offset, committed_at, message_ids, transaction_ids, payloads, trace_ids, headers,
+	producer
 FROM queenside.pop($1, $2, 1, $3, $4, $5)`
 
 const popSQL = `SELECT request, serve_order, partition_id, partition_name, lease_id, lease_from, lease_to,
 	lease_expires_at, head_attempts, seen_to, first_offset, committed_at, message_ids, transaction_ids, payloads,
-	trace_ids, headers
+	trace_ids, headers, producer
 FROM queenside.pop_from($1, $2, $3, $4, $5, $6, $7)`
 
 // readySQL finds, without locking anything, the partitions a group may
@@ -141,7 +142,7 @@ func resultBound(res protocol.PopResult, headerBytes int) int {
 	const perMessage, perLease, envelope = 320, 640, 1024
 	n := envelope + headerBytes + perLease*len(res.Leases)
 	for _, m := range res.Messages {
-		n += perMessage + len(m.Payload) + len(m.Queue) + len(m.Partition) + len(m.TransactionID) + len(m.TraceID)
+		n += perMessage + len(m.Payload) + len(m.Queue) + len(m.Partition) + len(m.TransactionID) + len(m.TraceID) + len(m.Producer)
 	}
 	return n
 }
@@ -470,6 +471,7 @@ type popRun struct {
 	payloads       pgtype.FlatArray[[]byte]
 	traces         pgtype.FlatArray[*string]
 	headers        pgtype.FlatArray[[]byte]
+	producer       *string // the role that pushed the segment; nil before version 28
 }
 
 func readPop(br pgx.BatchResults) ([]popRun, error) {
@@ -482,7 +484,7 @@ func readPop(br pgx.BatchResults) ([]popRun, error) {
 	for rows.Next() {
 		var u popRun
 		if err := rows.Scan(&u.request, &u.order, &u.partition, &u.name, &u.lease, &u.from, &u.to, &u.expires,
-			&u.attempts, &u.seenTo, &u.first, &u.committedAt, &u.mids, &u.txids, &u.payloads, &u.traces, &u.headers); err != nil {
+			&u.attempts, &u.seenTo, &u.first, &u.committedAt, &u.mids, &u.txids, &u.payloads, &u.traces, &u.headers, &u.producer); err != nil {
 			return nil, err
 		}
 		if len(u.txids) != len(u.mids) || len(u.payloads) != len(u.mids) {
@@ -530,6 +532,9 @@ func assemble(runs []popRun, reqs []PopRequest, ids groupIDs) ([]protocol.PopRes
 				CommittedAt: u.committedAt, LeaseID: leaseID,
 			}
 			m.Redelivered = m.Offset <= u.seenTo
+			if u.producer != nil {
+				m.Producer = *u.producer
+			}
 			if i < len(u.traces) && u.traces[i] != nil {
 				m.TraceID = *u.traces[i]
 			}

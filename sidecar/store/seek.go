@@ -12,11 +12,11 @@ import (
 	"github.com/queenside/queenside/protocol"
 )
 
-// queueExists returns ErrQueueNotFound for a queue never created, so that
+// RequireQueue returns ErrQueueNotFound for a queue never created, so that
 // operations that would otherwise create it refuse instead. The role must
 // hold right on the queue first (queenside.queue_exists): a queue it may
 // not use is refused whether it exists or not.
-func (s *Store) queueExists(ctx context.Context, queue, right string) error {
+func (s *Store) RequireQueue(ctx context.Context, queue, right string) error {
 	var exists bool
 	err := s.pool.QueryRow(ctx, "SELECT queenside.queue_exists($1, $2)", queue, right).Scan(&exists)
 	if err != nil {

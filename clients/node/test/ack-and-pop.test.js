@@ -30,6 +30,8 @@ describe('ackAndPop against a real sidecar', () => {
     const queue = uniqueQueue('ackpop');
     await pushAll(client, queue, ['a', 'b', 'c', 'd']);
     const first = await client.pop(queue, { group: 'g', batch: 2 });
+    // Stamped by PostgreSQL: the role the sidecar logs in as.
+    assert.ok(first.messages.every((m) => typeof m.producer === 'string' && m.producer !== ''), 'a producer on each message');
     const res = await client.ackAndPop(first.messages, queue, { group: 'g', batch: 2 });
     assert.deepEqual(res.results.map((r) => r.success), [true, true]);
     assert.deepEqual(res.leases.map((l) => [l.leaseId, l.released, Number(l.cursor)]), [[first.leases[0].leaseId, true, 2]]);

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any, Dict, List
+from urllib.parse import urlparse
 
 import msgpack
 import pytest
@@ -22,9 +23,11 @@ def push_one_partition(client: Client, queue: str, payloads: List[Any]) -> None:
     client.push([PushItem(queue, p, partition="p", transaction_id=f"t-{i}") for i, p in enumerate(payloads)])
 
 
-def test_it_returns_the_ack_results_and_the_next_messages(client: Client, queue: str) -> None:
+def test_it_returns_the_ack_results_and_the_next_messages(client: Client, queue: str, database_url: str) -> None:
     push_one_partition(client, queue, ["a", "b", "c", "d"])
     first = client.pop(queue, group="g", batch=2)
+    # Stamped by PostgreSQL: the role the sidecar logs in as.
+    assert {m.producer for m in first.messages} == {urlparse(database_url).username}
     res = client.ack_and_pop(first.messages, queue, group="g", batch=2)
     assert [r.success for r in res.results] == [True, True]
     (lease,) = res.leases

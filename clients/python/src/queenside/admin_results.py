@@ -168,6 +168,8 @@ class DLQEntry:
     replayed_message_id: Optional[str] = None
     replayed_transaction_id: Optional[str] = None
     replayed_offset: Optional[int] = None
+    #: The PostgreSQL role that pushed the message (see Message.producer).
+    producer: Optional[str] = None
     _payload: Any = field(default=_UNDECODED, init=False, repr=False, compare=False)
 
     @property
@@ -195,6 +197,7 @@ class DLQEntry:
             replayed_message_id=d.get("replayedMessageId"),
             replayed_transaction_id=d.get("replayedTransactionId"),
             replayed_offset=d.get("replayedOffset"),
+            producer=d.get("producer"),
         )
 
 

@@ -127,6 +127,9 @@ class Message:
     headers: Dict[str, str] = field(default_factory=dict)
     lease_id: Optional[str] = None
     redelivered: bool = False
+    #: The PostgreSQL role that pushed the message, stamped by PostgreSQL
+    #: (never by a client); None for a message stored before it was kept.
+    producer: Optional[str] = None
     _payload: Any = field(default=_UNDECODED, init=False, repr=False, compare=False)
 
     @property
@@ -169,6 +172,7 @@ class Message:
             headers=dict(d.get("headers") or {}),
             lease_id=d.get("leaseId") or None,
             redelivered=bool(d.get("redelivered", False)),
+            producer=d.get("producer"),
         )
 
 

@@ -110,7 +110,8 @@ export function create(ctx) {
       h('details', null,
         h('summary', null, h('code', null, preview), h('span', { class: 'muted' }, ` ${bytes(e.payloadBytes)}`)),
         h('pre', { class: 'payload-full', tabindex: '0' }, full),
-        h('p', { class: 'muted small' }, `message ${e.messageId} · transaction ${e.transactionId} · committed `, time(e.committedAt))));
+        h('p', { class: 'muted small' }, `message ${e.messageId} · transaction ${e.transactionId}`,
+          e.producer ? ` · pushed by ${e.producer}` : '', ' · committed ', time(e.committedAt))));
   }
 
   function row(e) {

@@ -162,7 +162,8 @@ export function create(ctx) {
       h('summary', null, h('span', { class: 'badge kind', dataset: { kind: p.kind } }, p.sealedWith && p.kind !== 'sealed' ? `${p.kind}, sealed ${p.sealedWith}` : p.kind), ' ',
         h('code', null, previewText(p)), h('span', { class: 'muted' }, ` ${bytes(m.payloadBytes)}`)),
       pre,
-      h('p', { class: 'muted small' }, `message ${m.messageId}`, m.failures ? ` · ${num(m.failures)} failed deliveries` : ''));
+      h('p', { class: 'muted small' }, `message ${m.messageId}`, m.producer ? ` · pushed by ${m.producer}` : '',
+        m.failures ? ` · ${num(m.failures)} failed deliveries` : ''));
     details.addEventListener('toggle', () => {
       if (details.open && !pre.dataset.loaded) openPayload(m, pre);
     });
