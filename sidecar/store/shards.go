@@ -77,10 +77,7 @@ func (s *Store) shardsOf(ctx context.Context, ids []int64) ([]int64, error) {
 	if len(missing) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT u.id, s.shard, coalesce((SELECT string_agg(p.nodename || ':' || p.nodeport, ','
-			ORDER BY p.nodename, p.nodeport) FROM pg_dist_shard_placement p WHERE p.shardid = s.shard), '')
-		FROM unnest($1::bigint[]) AS u (id),
-			LATERAL (SELECT get_shard_id_for_distribution_column('queenside.partitions', u.id) AS shard) AS s`, missing)
+	rows, err := s.pool.Query(ctx, `SELECT o_id, o_shard, o_workers FROM queenside.shards_of($1)`, missing)
 	if err != nil {
 		return nil, fmt.Errorf("shards of partitions: %w", err)
 	}

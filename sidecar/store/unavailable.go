@@ -23,9 +23,9 @@ func IsPermissionDenied(err error) bool {
 }
 
 // IsForbidden reports whether err is queenside's refusal of a right on a
-// queue its role was not granted (queenside.refuse_unless: 42501 with the
-// schema named, which PostgreSQL's own refusal of a table privilege does
-// not give).
+// queue its role was not granted (queenside.refuse_unless: 42501 with its
+// detail "queenside: right=R queue=Q", which PostgreSQL's own refusal of a
+// privilege does not give).
 func IsForbidden(err error) bool {
 	_, ok := AsRefusal(err)
 	return ok
@@ -38,14 +38,23 @@ type Refusal struct {
 	Message string
 }
 
-// AsRefusal returns err's refusal, if it is one.
+// AsRefusal returns err's refusal, if it is one. The right and the queue
+// are read from the detail, which, unlike the error's schema, column and
+// table fields, Citus passes on from the worker a call ran on.
 func AsRefusal(err error) (Refusal, bool) {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42501" || pgErr.SchemaName != "queenside" {
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 		return Refusal{}, false
 	}
-	return Refusal{Right: pgErr.ColumnName, Queue: pgErr.TableName, Message: pgErr.Message}, true
+	right, queue, ok := strings.Cut(strings.TrimPrefix(pgErr.Detail, refusalDetail), " queue=")
+	if !ok || !strings.HasPrefix(pgErr.Detail, refusalDetail) {
+		return Refusal{}, false
+	}
+	return Refusal{Right: right, Queue: queue, Message: pgErr.Message}, true
 }
+
+// refusalDetail begins the detail of queenside's refusals.
+const refusalDetail = "queenside: right="
 
 // IsUnavailable reports whether err means PostgreSQL could not be reached
 // (refused, reset, shut down, or silent past the database timeout), as
