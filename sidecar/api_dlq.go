@@ -163,14 +163,8 @@ func (s *Server) scopedDLQ(ctx context.Context, sc Scope, a protocol.DLQArgs) (p
 	if a.Count {
 		res.Count, res.ReplayedCount = &count, &replayed
 	}
-	// Payloads opened as the listing of every queue opens them (dlq).
-	for i := range res.Entries {
-		e := &res.Entries[i]
-		plain, perr := s.openPayload(e.Payload, e.Queue, e.MessageID)
-		if perr != nil {
-			return protocol.DLQResult{}, perr
-		}
-		e.Payload = plain
+	if err := s.openDeadLetters(res.Entries); err != nil {
+		return protocol.DLQResult{}, err
 	}
 	return res, nil
 }

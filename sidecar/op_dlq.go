@@ -23,15 +23,23 @@ func (s *Server) dlq(ctx context.Context, args protocol.DLQArgs) (protocol.DLQRe
 	if err != nil {
 		return res, err
 	}
-	for i := range res.Entries {
-		e := &res.Entries[i]
-		plain, perr := s.openPayload(e.Payload, e.Queue, e.MessageID)
-		if perr != nil {
-			return protocol.DLQResult{}, perr
+	if err := s.openDeadLetters(res.Entries); err != nil {
+		return protocol.DLQResult{}, err
+	}
+	return res, nil
+}
+
+// openDeadLetters opens the sealed payloads of entries in place.
+func (s *Server) openDeadLetters(entries []protocol.DLQEntry) error {
+	for i := range entries {
+		e := &entries[i]
+		plain, err := s.openPayload(e.Payload, e.Queue, e.MessageID)
+		if err != nil {
+			return err
 		}
 		e.Payload = plain
 	}
-	return res, nil
+	return nil
 }
 
 // opDLQReplay pushes each entry's payload again into its partition, as a
