@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -103,7 +104,8 @@ func (c remoteCall) String() string {
 // of queenside.push sent whole to the worker (delegated), a pop of a named
 // partition, an ack, a renew and a release as statements routed to it.
 // A push over partitions on both workers commits in two phases. The
-// evidence is Citus's own: what the coordinator logs it sends.
+// evidence is Citus's own: what the coordinator logs it sends. So it is
+// for an application role, whose grants each call checks where it runs.
 func TestHotCallsRunOnOneWorker(t *testing.T) {
 	cluster := citustest.Start(t, 2)
 	ctx := context.Background()
@@ -111,10 +113,30 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := cluster.Connect(t)
+	t.Run("the owner", func(t *testing.T) { hotCallsRunOnOneWorker(t, cluster, conn, "", "q") })
+	// A role that is not the owner: its grants are checked on the worker
+	// each call is sent to (a reference table), with no command more.
+	role := fmt.Sprintf("qs_app_%x", time.Now().UnixNano())
+	for _, sql := range []string{"CREATE ROLE " + role + " LOGIN",
+		"SELECT queenside.grant('" + role + "', 'qa', ARRAY['produce', 'consume'])"} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Run("an application role", func(t *testing.T) { hotCallsRunOnOneWorker(t, cluster, conn, role, "qa") })
+}
+
+// hotCallsRunOnOneWorker makes the calls as role ("" for the owner) on
+// queue queue, which it alone uses.
+func hotCallsRunOnOneWorker(t *testing.T, cluster *citustest.Cluster, conn *pgx.Conn, role, queue string) {
+	ctx := context.Background()
 	var log remoteLog
 	u, err := url.Parse(cluster.URL())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if role != "" {
+		u.User = url.User(role)
 	}
 	q := u.Query()
 	q.Set("options", "-ccitus.log_remote_commands=on")
@@ -128,7 +150,7 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 	// Sixteen partitions, then where each one's shard lies.
 	var msgs []Message
 	for p := range 16 {
-		msgs = append(msgs, message("q", fmt.Sprintf("p%d", p), "first"))
+		msgs = append(msgs, message(queue, fmt.Sprintf("p%d", p), "first"))
 	}
 	if _, err := s.Push(ctx, msgs); err != nil {
 		t.Fatal(err)
@@ -136,8 +158,10 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 	rows, err := conn.Query(ctx, `
 		SELECT n.name, p.shardid, p.nodename || ':' || p.nodeport
 		  FROM queenside.partition_names n
+		  JOIN queenside.queues qu ON qu.id = n.queue_id
 		  JOIN pg_dist_shard_placement p ON p.shardid = get_shard_id_for_distribution_column('queenside.partitions', n.id)
-		 ORDER BY n.id`)
+		 WHERE qu.name = $1
+		 ORDER BY n.id`, queue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +201,7 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 		t.Logf("%s: %d commands to %v:%s", what, len(c), c.nodes(), c)
 	}
 	push := log.during(t, func() {
-		if _, err := s.Push(ctx, []Message{message("q", same[0], "a"), message("q", same[1], "b")}); err != nil {
+		if _, err := s.Push(ctx, []Message{message(queue, same[0], "a"), message(queue, same[1], "b")}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -187,7 +211,7 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 	}
 
 	twoPhase := log.during(t, func() {
-		if _, err := s.Push(ctx, []Message{message("q", apart[0], "c"), message("q", apart[1], "d")}); err != nil {
+		if _, err := s.Push(ctx, []Message{message(queue, apart[0], "c"), message(queue, apart[1], "d")}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -198,12 +222,12 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 	t.Logf("a push over two workers: %d commands to %v", len(twoPhase), twoPhase.nodes())
 
 	// The group first: its creation writes a cursor in every partition.
-	if _, err := s.groupID(ctx, groupKey{"q", "g"}, protocol.SubscribeAll, nil); err != nil {
+	if _, err := s.groupID(ctx, groupKey{queue, "g"}, protocol.SubscribeAll, nil); err != nil {
 		t.Fatal(err)
 	}
 	var popped protocol.PopResult
 	popNamed := log.during(t, func() {
-		if popped, err = pop(s, PopRequest{Queue: "q", Partition: same[0], Group: "g", Batch: 10, Partitions: 1}); err != nil {
+		if popped, err = pop(s, PopRequest{Queue: queue, Partition: same[0], Group: "g", Batch: 10, Partitions: 1}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -225,7 +249,7 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 			t.Fatal(r, err)
 		}
 	}))
-	if popped, err = pop(s, PopRequest{Queue: "q", Partition: same[0], Group: "g", Batch: 10, Partitions: 1}); err != nil {
+	if popped, err = pop(s, PopRequest{Queue: queue, Partition: same[0], Group: "g", Batch: 10, Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
 	ack := log.during(t, func() {
@@ -241,7 +265,7 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 	// A pop that names no partition reads every shard for the ready ones,
 	// then takes one on its shard.
 	any := log.during(t, func() {
-		if popped, err = pop(s, PopRequest{Queue: "q", Group: "g", Batch: 100, Partitions: 1}); err != nil {
+		if popped, err = pop(s, PopRequest{Queue: queue, Group: "g", Batch: 100, Partitions: 1}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -260,12 +284,12 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 	// whole to its worker and committed there in one phase (each lease's
 	// ack stands on its own). A transaction op over both is one
 	// transaction, committed in two phases.
-	if _, err := s.Push(ctx, []Message{message("q", apart[0], "c0"), message("q", apart[1], "d0")}); err != nil {
+	if _, err := s.Push(ctx, []Message{message(queue, apart[0], "c0"), message(queue, apart[1], "d0")}); err != nil {
 		t.Fatal(err)
 	}
 	var items []protocol.AckItem
 	for _, p := range apart {
-		r, err := pop(s, PopRequest{Queue: "q", Partition: p, Group: "g", Batch: 10, Partitions: 1})
+		r, err := pop(s, PopRequest{Queue: queue, Partition: p, Group: "g", Batch: 10, Partitions: 1})
 		if err != nil || len(r.Messages) == 0 {
 			t.Fatal(r, err)
 		}
@@ -282,19 +306,19 @@ func TestHotCallsRunOnOneWorker(t *testing.T) {
 			both.nodes(), both.count("PREPARE TRANSACTION"), both)
 	}
 	t.Logf("an ack over two workers: %d commands to %v", len(both), both.nodes())
-	if _, err := s.Push(ctx, []Message{message("q", apart[0], "e0"), message("q", apart[1], "f0")}); err != nil {
+	if _, err := s.Push(ctx, []Message{message(queue, apart[0], "e0"), message(queue, apart[1], "f0")}); err != nil {
 		t.Fatal(err)
 	}
 	items = nil
 	for _, p := range apart {
-		r, err := pop(s, PopRequest{Queue: "q", Partition: p, Group: "g", Batch: 10, Partitions: 1})
+		r, err := pop(s, PopRequest{Queue: queue, Partition: p, Group: "g", Batch: 10, Partitions: 1})
 		if err != nil || len(r.Messages) == 0 {
 			t.Fatal(r, err)
 		}
 		items = append(items, completedAll(r)...)
 	}
 	txn := log.during(t, func() {
-		_, _, err := s.Transaction(ctx, items, []Message{message("q", apart[0], "e"), message("q", apart[1], "f")})
+		_, _, err := s.Transaction(ctx, items, []Message{message(queue, apart[0], "e"), message(queue, apart[1], "f")})
 		if err != nil {
 			t.Fatal(err)
 		}
