@@ -27,6 +27,11 @@ type control struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed, and replaced, at each change
 	kick    chan struct{}
+	// began numbers the reads of the state begun; applied is the number
+	// of the read applied last. A read begun later saw every change that
+	// committed before it began, so an earlier one that ends after it
+	// (a recheck under way when a configure committed) is not applied.
+	began, applied uint64
 }
 
 func newControl() *control {
@@ -68,10 +73,23 @@ func (c *control) watch() <-chan struct{} {
 	return c.changed
 }
 
-// set applies next, and reports whether anything changed.
-func (c *control) set(next store.Control) bool {
+// begin numbers a read of the state about to begin, for set.
+func (c *control) begin() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.began++
+	return c.began
+}
+
+// set applies next, read by read number read, unless a read begun after it
+// was applied already, and reports whether anything changed.
+func (c *control) set(read uint64, next store.Control) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if read < c.applied {
+		return false
+	}
+	c.applied = read
 	if prev := c.state.Load(); prev != nil && sameControl(*prev, next) {
 		return false
 	}
@@ -110,11 +128,12 @@ func (c *control) nudge() {
 // every waiting pop: one paused may now deliver, one waiting may now have
 // to stop.
 func (s *Server) refreshControl(ctx context.Context) error {
+	read := s.control.begin()
 	next, err := s.store.ReadControl(ctx)
 	if err != nil {
 		return err
 	}
-	if s.control.set(next) {
+	if s.control.set(read, next) {
 		m := next.Maintenance
 		s.log.Info("control state", "maintenance_push", m.Push, "maintenance_pop", m.Pop, "paused_queues", len(next.Paused))
 		s.wakes.wakeAll()
@@ -193,11 +212,12 @@ func (s *Server) opMaintenance(ctx context.Context, raw []byte) (any, error) {
 		return nil, err
 	}
 	if a.Push == nil && a.Pop == nil {
+		read := s.control.begin()
 		st, err := s.store.ReadControl(ctx)
 		if err != nil {
 			return nil, err
 		}
-		s.control.set(st)
+		s.control.set(read, st)
 		return st.Maintenance, nil
 	}
 	m, err := s.store.SetMaintenance(ctx, a.Push, a.Pop)
